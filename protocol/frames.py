@@ -1,0 +1,338 @@
+"""Every frame of protocol v1 as a msgspec Struct.
+
+Client frames form one tagged union (:data:`ClientFrame`) keyed by ``type``;
+server frames are Structs encoded with the shared encoder in :mod:`protocol.codec`.
+Field names are snake_case here and camelCase on the wire. New fields must
+get defaults; existing fields never change type.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+RequestId = int | str
+NonNegative = Annotated[int, Meta(ge=0)]
+ShortText = Annotated[str, Meta(min_length=1, max_length=256)]
+ClientMessageId = Annotated[str, Meta(min_length=1, max_length=200)]
+Identifier = Annotated[str, Meta(min_length=1, max_length=128)]
+PageLimit = Annotated[int, Meta(ge=1, le=200)]
+
+CAPABILITY_FRESHNESS = "freshness"
+CAPABILITY_ACK = "ack"
+
+NotificationState = Literal["active", "quiet", "mute", "auto-wake", "no-wake"]
+Visibility = Literal["public", "private"]
+
+
+class _Frame(Struct, tag_field="type", rename="camel", kw_only=True):
+    pass
+
+
+# ---------------------------------------------------------------- client frames
+
+
+class ClientInfo(Struct, rename="camel", kw_only=True):
+    kind: Literal["browser", "daemon"]
+    name: Annotated[str, Meta(max_length=128)] = ""
+    version: Annotated[str, Meta(max_length=64)] = ""
+
+
+class Hello(_Frame, tag="hello"):
+    token: Annotated[str, Meta(max_length=512)]
+    client: ClientInfo
+    capabilities: Annotated[list[str], Meta(max_length=32)] = []
+    resume: dict[str, NonNegative] | None = None
+
+
+class Ping(_Frame, tag="ping"):
+    id: RequestId
+
+
+class Pong(_Frame, tag="pong"):
+    id: RequestId
+
+
+class FreshnessIn(Struct, rename="camel", kw_only=True):
+    target_key: Identifier
+    seen_up_to_seq: NonNegative
+    source_message_ids: Annotated[list[Identifier], Meta(max_length=200)] = []
+
+
+class SourceRef(Struct, rename="camel", kw_only=True):
+    message_id: Identifier
+
+
+class ForwardIn(Struct, rename="camel", kw_only=True):
+    mode: Literal["single", "multi", "explicit_context"]
+    sources: Annotated[list[SourceRef], Meta(max_length=100)] = []
+
+
+class Send(_Frame, tag="send"):
+    id: RequestId
+    target: ShortText
+    content: str
+    client_message_id: ClientMessageId
+    attachment_ids: Annotated[list[Identifier], Meta(max_length=32)] = []
+    message_type: Annotated[str, Meta(min_length=1, max_length=64)] = "text"
+    freshness: FreshnessIn | None = None
+    recipients: Annotated[list[Identifier], Meta(max_length=100)] = []
+    forward: ForwardIn | None = None
+    explain: bool = False
+
+
+class History(_Frame, tag="history"):
+    id: RequestId
+    target: ShortText
+    before_seq: NonNegative | None = None
+    after_seq: NonNegative | None = None
+    limit: PageLimit = 50
+
+
+class Search(_Frame, tag="search"):
+    id: RequestId
+    query: Annotated[str, Meta(min_length=1, max_length=1024)]
+    scope_id: Identifier | None = None
+    limit: PageLimit = 20
+    cursor: Annotated[str, Meta(max_length=512)] | None = None
+
+
+class MarkRead(_Frame, tag="markRead"):
+    id: RequestId
+    scope_id: Identifier
+    seq: NonNegative
+
+
+class React(_Frame, tag="react"):
+    id: RequestId
+    message_id: Identifier
+    emoji: Annotated[str, Meta(min_length=1, max_length=64)]
+    op: Literal["add", "remove"] = "add"
+
+
+class Ack(_Frame, tag="ack"):
+    id: RequestId
+    delivery_id: Identifier
+
+
+class Scopes(_Frame, tag="scopes"):
+    id: RequestId
+
+
+class Members(_Frame, tag="members"):
+    id: RequestId
+    scope_id: Identifier
+
+
+class CreateChannel(_Frame, tag="createChannel"):
+    id: RequestId
+    slug: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,79}$")]
+    name: Annotated[str, Meta(min_length=1, max_length=200)]
+    visibility: Visibility = "public"
+    description: Annotated[str, Meta(max_length=4000)] = ""
+
+
+class Join(_Frame, tag="join"):
+    id: RequestId
+    scope_id: Identifier
+
+
+class Leave(_Frame, tag="leave"):
+    id: RequestId
+    scope_id: Identifier
+
+
+class Invite(_Frame, tag="invite"):
+    id: RequestId
+    scope_id: Identifier
+    member_id: Identifier
+    visibility: Visibility | None = None
+
+
+class SetNotification(_Frame, tag="setNotification"):
+    id: RequestId
+    scope_id: Identifier
+    state: NotificationState
+
+
+class Grant(_Frame, tag="grant"):
+    id: RequestId
+    scope_id: Identifier
+    grantee_member_id: Identifier
+    expires_at: datetime | None = None
+
+
+class RevokeGrant(_Frame, tag="revokeGrant"):
+    id: RequestId
+    grant_id: Identifier
+
+
+ClientFrame = (
+    Hello
+    | Ping
+    | Pong
+    | Send
+    | History
+    | Search
+    | MarkRead
+    | React
+    | Ack
+    | Scopes
+    | Members
+    | CreateChannel
+    | Join
+    | Leave
+    | Invite
+    | SetNotification
+    | Grant
+    | RevokeGrant
+)
+Request = (
+    Send
+    | History
+    | Search
+    | MarkRead
+    | React
+    | Ack
+    | Scopes
+    | Members
+    | CreateChannel
+    | Join
+    | Leave
+    | Invite
+    | SetNotification
+    | Grant
+    | RevokeGrant
+)
+CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
+    str(cls.__struct_config__.tag) for cls in ClientFrame.__args__
+)
+
+
+# ---------------------------------------------------------------- server frames
+
+
+class MemberView(Struct, rename="camel", kw_only=True):
+    id: str
+    type: str
+    handle: str
+    display_name: str
+
+
+class AuthorView(Struct, rename="camel", kw_only=True):
+    member_id: str
+    type: str
+    handle: str
+    display_name: str
+
+
+class MessageView(Struct, rename="camel", kw_only=True):
+    id: str
+    scope_id: str
+    seq: int
+    global_seq: int
+    author: AuthorView
+    message_type: str
+    content: str
+    created_at: str
+    metadata: dict[str, Any] = {}
+    sources: list[dict[str, Any]] = []
+    attachments: list[dict[str, Any]] = []
+    mentions: list[str] = []
+
+
+class Welcome(_Frame, tag="welcome"):
+    protocol: int
+    session_id: str
+    node_id: str
+    workspace_id: str
+    member: MemberView
+    heartbeat_ms: int
+    capabilities: list[str]
+
+
+class Reply(_Frame, tag="reply"):
+    id: RequestId
+    op: str
+    result: Any
+
+
+class ErrorFrame(_Frame, tag="error"):
+    id: RequestId | None
+    code: str
+    message: str
+    retryable: bool
+    details: dict[str, Any] = {}
+
+
+class MessageEvent(_Frame, tag="message"):
+    scope_id: str
+    message: MessageView
+
+
+class Deliver(_Frame, tag="deliver"):
+    delivery_id: str
+    agent_id: str
+    target_key: str
+    target_seq: int
+    reason: str
+    message: MessageView
+
+
+class ResumeState(Struct, rename="camel", kw_only=True):
+    latest_seq: int
+    has_more: bool
+
+
+class Resumed(_Frame, tag="resumed"):
+    scopes: dict[str, ResumeState]
+
+
+class ReadStateEvent(_Frame, tag="readState"):
+    scope_id: str
+    last_read_seq: int
+
+
+class MembershipEvent(_Frame, tag="membership"):
+    scope_id: str
+    member_id: str
+    op: Literal["joined", "left", "invited"]
+    visibility: Visibility
+
+
+class ReactionEvent(_Frame, tag="reaction"):
+    scope_id: str
+    message_id: str
+    member_id: str
+    emoji: str
+    op: Literal["add", "remove"]
+
+
+class InvalidateEvent(_Frame, tag="invalidate"):
+    scope_id: str
+    reason: str
+    from_seq: int
+
+
+class SendResult(Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """The ``result`` of a ``send`` reply; which fields appear depends on ``state``."""
+
+    state: Literal["sent", "already_sent", "held", "partial_held"]
+    target_key: str
+    client_message_id: str
+    latest_seq: int
+    message_id: str | None = None
+    accepted_seq: int | None = None
+    seen_up_to_seq: int | None = None
+    needs_refresh_until_seq: int | None = None
+    accepted: list[dict[str, Any]] | None = None
+    held_chunk: int | None = None
+    explain: dict[str, Any] | None = None
+
+
+def to_builtins(value: Any) -> Any:
+    """Structs to plain dicts with wire (camelCase) names."""
+    return msgspec.to_builtins(value)
