@@ -1,0 +1,150 @@
+"""Domain values shared by the actor, Policy, Planner and the storage layer.
+
+Plain frozen dataclasses: no I/O, no database, cheap to build in tests.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class MemberType(enum.StrEnum):
+    HUMAN = "human"
+    AGENT = "agent"
+    SERVICE = "service"
+
+
+class ScopeType(enum.StrEnum):
+    CHANNEL = "channel"
+    DM = "dm"
+    THREAD = "thread"
+    TASK = "task"
+    SERVICE_ACCOUNT = "service_account"
+    WORKFLOW = "workflow"
+
+
+class NotificationState(enum.StrEnum):
+    ACTIVE = "active"
+    QUIET = "quiet"
+    MUTE = "mute"
+    AUTO_WAKE = "auto-wake"
+    NO_WAKE = "no-wake"
+
+
+class DeliveryPolicy(enum.StrEnum):
+    """The five committed-delivery policies of seed 000 §3.10.1."""
+
+    INLINE_ORDINARY = "inline_ordinary"
+    AUTONOMOUS_STORE_RECOVERABLE = "autonomous_store_recoverable"
+    INLINE_TARGETED = "inline_targeted"
+    WORKER_FIRST_TARGETED = "worker_first_targeted"
+    WORKER_FIRST_MUTATION = "worker_first_mutation"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    id: str
+    workspace_id: str
+    type: MemberType
+    handle: str
+    display_name: str
+    owner_member_id: str | None = None
+    is_private: bool = False
+
+    @property
+    def is_private_agent(self) -> bool:
+        return self.is_private and self.type is MemberType.AGENT
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """One membership interval: ``[from_seq, to_seq)``, open when ``to_seq`` is None."""
+
+    member_id: str
+    visibility: str
+    owner_member_id: str | None
+    from_seq: int
+    to_seq: int | None = None
+    last_read_seq: int = 0
+
+    def covers(self, seq: int) -> bool:
+        return self.from_seq <= seq and (self.to_seq is None or seq < self.to_seq)
+
+    @property
+    def is_current(self) -> bool:
+        return self.to_seq is None
+
+    @property
+    def is_private(self) -> bool:
+        return self.visibility == "private"
+
+
+@dataclass(frozen=True, slots=True)
+class PrivateGrant:
+    id: str
+    scope_id: str
+    owner_member_id: str
+    grantee_member_id: str
+    created_at: datetime
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+    def covers(self, at: datetime) -> bool:
+        """Grant interval is wall clock: created_at up to the earlier of revoke/expiry."""
+        end = min((t for t in (self.revoked_at, self.expires_at) if t is not None), default=None)
+        return self.created_at <= at and (end is None or at < end)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeInfo:
+    id: str
+    workspace_id: str
+    type: ScopeType
+    latest_seq: int
+    parent_scope_id: str | None = None
+    root_message_id: str | None = None
+    slug: str | None = None
+    name: str | None = None
+    channel_visibility: str | None = None
+    roster_generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A committed message row (what history and events show)."""
+
+    id: str
+    scope_id: str
+    seq: int
+    global_seq: int
+    author: Member
+    message_type: str
+    content: str
+    created_at: datetime
+    client_message_id: str | None = None
+    digest: bytes | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    mentions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    message_id: str
+    seq: int
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeSnapshot:
+    """Everything a scope actor loads from the database when it starts."""
+
+    scope: ScopeInfo
+    memberships: tuple[Membership, ...]
+    members: dict[str, Member]
+    notification: dict[str, NotificationState]
+    grants: tuple[PrivateGrant, ...]
+    recent: tuple[StoredMessage, ...]
+    idempotency: dict[tuple[str, str], IdempotencyRecord]

@@ -1,0 +1,79 @@
+"""What the scope actor needs from the outside world, as typing Protocols.
+
+``storage`` implements :class:`ScopeStore`; ``node`` implements
+:class:`Publisher`. The actor never imports either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from actors.model import IdempotencyRecord, Member, Membership, NotificationState, ScopeSnapshot
+from actors.planner import MessagePlan
+
+
+class FenceLost(Exception):
+    """The conditional update of ``scopes.latest_seq`` matched no row: memory is stale."""
+
+
+class IdempotencyRace(Exception):
+    """The message key already exists in the database (another writer, or a stale cache)."""
+
+    def __init__(self, record: IdempotencyRecord, author_id: str, client_message_id: str) -> None:
+        super().__init__(client_message_id)
+        self.record = record
+        self.author_id = author_id
+        self.client_message_id = client_message_id
+
+
+class ScopeMissing(Exception):
+    """The scope does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedSend:
+    message_id: str
+    seq: int
+    global_seq: int
+    created_at: datetime
+
+
+class ScopeStore(Protocol):
+    async def load_scope(self, scope_id: str) -> ScopeSnapshot: ...
+
+    async def find_idempotent(
+        self, scope_id: str, author_id: str, client_message_id: str
+    ) -> IdempotencyRecord | None: ...
+
+    async def apply_sends(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]: ...
+
+    async def join(
+        self,
+        scope_id: str,
+        member: Member,
+        *,
+        visibility: str,
+        owner_member_id: str | None,
+        state: NotificationState,
+    ) -> Membership: ...
+
+    async def leave(self, scope_id: str, member_id: str) -> Membership | None: ...
+
+    async def set_notification(
+        self, scope_id: str, member_id: str, state: NotificationState
+    ) -> None: ...
+
+
+class Publisher(Protocol):
+    def publish_messages(
+        self, scope_id: str, sends: Sequence[tuple[MessagePlan, CommittedSend]]
+    ) -> None:
+        """Hand committed messages to live sessions. Must not block or raise."""
+
+    def publish_membership(
+        self, scope_id: str, member_id: str, op: str, visibility: str, audience: frozenset[str]
+    ) -> None:
+        """Tell current readers about a roster change. Must not block or raise."""

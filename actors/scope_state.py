@@ -1,0 +1,274 @@
+"""The synchronous state machine behind a scope actor.
+
+Plain methods, no trio: the async shell (``actors/scope_actor.py``) feeds it
+commands and I/O results. Memory is a cache; the database fence is the truth.
+Tentative changes made while deciding a batch are discarded by reloading the
+snapshot when the batch does not commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from actors import freshness
+from actors.ids import new_id
+from actors.mentions import MentionMode
+from actors.model import (
+    IdempotencyRecord,
+    Member,
+    Membership,
+    MemberType,
+    NotificationState,
+    ScopeInfo,
+    ScopeSnapshot,
+)
+from actors.planner import MessageIntent, MessagePlan, ScopeContext, plan_message
+from actors.policy import can_post
+from actors.visibility import VisibilityContext, readable
+from protocol.errors import ErrorCode, OperationError
+from protocol.frames import FreshnessIn, SendResult
+
+IDEMPOTENCY_WINDOW = 4096
+RECENT_TAIL = 512
+PRIVATE_GAP_BUDGET = 200
+
+SendReply = Callable[[SendResult | OperationError], None]
+
+
+@dataclass(slots=True)
+class SendCommand:
+    """One ``send`` addressed to this scope, already authenticated and resolved."""
+
+    author: Member
+    content: str
+    client_message_id: str
+    reply: SendReply
+    message_type: str = "text"
+    attachment_ids: tuple[str, ...] = ()
+    recipients: tuple[str, ...] = ()
+    mention_mode: MentionMode = MentionMode.NORMAL
+    forward: Any = None
+    freshness: FreshnessIn | None = None
+    freshness_declared: bool = False
+    explain: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Immediate:
+    """A decision that needs no write: already_sent, held or an error."""
+
+    result: SendResult | OperationError
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsLookup:
+    """The idempotency window missed on a path that would not write: ask the database."""
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    plan: MessagePlan
+    compat: bool
+
+
+Decision = Immediate | NeedsLookup | Append
+
+
+def payload_digest(scope_id: str, cmd: SendCommand) -> bytes:
+    """Canonical digest of what the client asked for (PROTOCOL.md send)."""
+    canonical = msgspec.json.encode(
+        [
+            scope_id,
+            cmd.message_type,
+            cmd.content,
+            list(cmd.attachment_ids),
+            msgspec.to_builtins(cmd.forward),
+            list(cmd.recipients),
+        ]
+    )
+    return hashlib.sha256(canonical).digest()
+
+
+class ScopeState:
+    def __init__(self, snapshot: ScopeSnapshot) -> None:
+        self.scope: ScopeInfo = snapshot.scope
+        self.latest_seq = snapshot.scope.latest_seq
+        self.members: dict[str, Member] = dict(snapshot.members)
+        self.intervals: dict[str, tuple[Membership, ...]] = {}
+        for membership in snapshot.memberships:
+            self.intervals[membership.member_id] = (
+                *self.intervals.get(membership.member_id, ()),
+                membership,
+            )
+        self.notification: dict[str, NotificationState] = dict(snapshot.notification)
+        self.grants = snapshot.grants
+        self.idempotency: OrderedDict[tuple[str, str], IdempotencyRecord] = OrderedDict(
+            snapshot.idempotency
+        )
+        self.recent: deque[tuple[int, str, datetime]] = deque(
+            ((m.seq, m.author.id, m.created_at) for m in snapshot.recent), maxlen=RECENT_TAIL
+        )
+        self._ctx: VisibilityContext | None = None
+
+    # ------------------------------------------------------------ roster
+
+    @property
+    def visibility(self) -> VisibilityContext:
+        if self._ctx is None:
+            self._ctx = VisibilityContext(self.intervals, self.members, self.grants)
+        return self._ctx
+
+    def scope_context(self) -> ScopeContext:
+        return ScopeContext(self.visibility, self.notification, self.latest_seq)
+
+    def current_readers(self) -> frozenset[str]:
+        return frozenset(
+            member_id
+            for member_id, intervals in self.intervals.items()
+            if any(m.is_current for m in intervals)
+        )
+
+    def apply_membership(self, member: Member, membership: Membership) -> None:
+        kept = tuple(
+            m for m in self.intervals.get(member.id, ()) if m.from_seq != membership.from_seq
+        )
+        self.intervals[member.id] = (*kept, membership)
+        self.members[member.id] = member
+        if membership.is_current:
+            self.notification.setdefault(member.id, NotificationState.ACTIVE)
+        else:
+            self.notification.pop(member.id, None)
+        self._ctx = None
+
+    def is_current_member(self, member_id: str) -> bool:
+        return any(m.is_current for m in self.intervals.get(member_id, ()))
+
+    # ------------------------------------------------------------ sends
+
+    def remember(self, author_id: str, client_message_id: str, record: IdempotencyRecord) -> None:
+        key = (author_id, client_message_id)
+        self.idempotency[key] = record
+        self.idempotency.move_to_end(key)
+        while len(self.idempotency) > IDEMPOTENCY_WINDOW:
+            self.idempotency.popitem(last=False)
+
+    def decide(self, cmd: SendCommand, now: datetime, *, looked_up: bool = False) -> Decision:
+        """Idempotency first, then admission, then the freshness gate, then the plan."""
+        author = cmd.author
+        digest = payload_digest(self.scope.id, cmd)
+        known = self.idempotency.get((author.id, cmd.client_message_id))
+        if known is not None:
+            return Immediate(self._replay(known, digest, cmd))
+        if not can_post(self.visibility, author):
+            return Immediate(OperationError(ErrorCode.FORBIDDEN, "not a member of this scope"))
+        compat = False
+        expected = self.latest_seq
+        if cmd.freshness is not None:
+            gate = freshness.check(
+                scope_id=self.scope.id,
+                target_key=cmd.freshness.target_key,
+                seen_up_to_seq=cmd.freshness.seen_up_to_seq,
+                latest_seq=self.latest_seq,
+            )
+            if gate.verdict is freshness.Verdict.HELD:
+                if not looked_up:
+                    return NeedsLookup()
+                visible = self._visible_frontier(author, cmd.freshness.seen_up_to_seq)
+                if visible is not None:
+                    return Immediate(self._held(cmd, visible))
+        elif cmd.freshness_declared and author.type is MemberType.AGENT:
+            return Immediate(
+                OperationError(
+                    ErrorCode.VALIDATION_FAILED,
+                    "freshness is required from sessions that declared the freshness capability",
+                    path="$.freshness",
+                )
+            )
+        else:
+            compat = author.type is MemberType.AGENT
+        intent = MessageIntent(
+            scope_id=self.scope.id,
+            workspace_id=self.scope.workspace_id,
+            message_id=new_id("msg"),
+            content=cmd.content,
+            message_type=cmd.message_type,
+            client_message_id=cmd.client_message_id,
+            digest=digest,
+            created_at=now,
+            recipients=cmd.recipients,
+            mention_mode=cmd.mention_mode,
+            attachment_ids=cmd.attachment_ids,
+            metadata=cmd.metadata,
+        )
+        plan = plan_message(intent, author, self.scope_context(), expected_seq=expected)
+        self.latest_seq = plan.seq
+        self.remember(
+            author.id, cmd.client_message_id, IdempotencyRecord(intent.message_id, plan.seq, digest)
+        )
+        self.recent.append((plan.seq, author.id, now))
+        return Append(plan, compat)
+
+    def _replay(
+        self, known: IdempotencyRecord, digest: bytes, cmd: SendCommand
+    ) -> SendResult | OperationError:
+        if known.digest != digest:
+            return OperationError(
+                ErrorCode.IDEMPOTENCY_CONFLICT,
+                "clientMessageId was already used with a different payload",
+                details={"messageId": known.message_id, "acceptedSeq": known.seq},
+            )
+        return SendResult(
+            state="already_sent",
+            target_key=self.scope.id,
+            client_message_id=cmd.client_message_id,
+            message_id=known.message_id,
+            accepted_seq=known.seq,
+            latest_seq=self.latest_seq,
+        )
+
+    def _held(self, cmd: SendCommand, frontier: int) -> SendResult:
+        assert cmd.freshness is not None
+        return SendResult(
+            state="held",
+            target_key=self.scope.id,
+            client_message_id=cmd.client_message_id,
+            seen_up_to_seq=cmd.freshness.seen_up_to_seq,
+            latest_seq=frontier,
+            needs_refresh_until_seq=frontier,
+        )
+
+    def _visible_frontier(self, author: Member, seen: int) -> int | None:
+        """The seq that should hold ``author``, or None to send anyway.
+
+        Authors without a possible visibility gap are held at the raw latest.
+        A private agent is held only by a message it can see (seed 002 §3.3):
+        scan a bounded newest-first tail; not found or budget spent → send.
+        """
+        if not author.is_private_agent:
+            return self.latest_seq
+        ctx = self.visibility
+        for examined, (seq, author_id, created_at) in enumerate(reversed(self.recent)):
+            if seq <= seen or examined >= PRIVATE_GAP_BUDGET:
+                break
+            if readable(ctx, author, author_id, seq, created_at) is not None:
+                return seq
+        return None
+
+    def sent_result(self, cmd: SendCommand, plan: MessagePlan) -> SendResult:
+        return SendResult(
+            state="sent",
+            target_key=self.scope.id,
+            client_message_id=cmd.client_message_id,
+            message_id=plan.intent.message_id,
+            accepted_seq=plan.seq,
+            latest_seq=plan.seq,
+            explain=plan.explain.as_dict() if cmd.explain else None,
+        )

@@ -1,0 +1,96 @@
+"""The in-memory twin of the SQL readable predicate (SPEC R-07).
+
+``storage/visibility.py`` holds the SQL predicate; a property test proves the
+two agree. The twin decides fan-out (who gets a ``message`` event) and the
+freshness private-gap check, so it must never be more generous than the SQL.
+
+Rules:
+- a human or public agent reads a conversational scope while it has a current
+  membership (SPEC §7.1);
+- a private agent reads, within one of its private membership intervals:
+  its own messages, its owner's, those of grantees of its owner (within the
+  grant's wall-clock interval; thread scopes also use the parent's grants),
+  and those of same-owner private agents that had a private membership
+  covering the message too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from actors.model import Member, Membership, PrivateGrant
+
+
+@dataclass(frozen=True, slots=True)
+class Readable:
+    reason: str
+    grant_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VisibilityContext:
+    """Roster facts of one scope (and the grants that apply to it)."""
+
+    memberships: Mapping[str, tuple[Membership, ...]]
+    members: Mapping[str, Member]
+    grants: tuple[PrivateGrant, ...]
+
+    def intervals(self, member_id: str) -> tuple[Membership, ...]:
+        return self.memberships.get(member_id, ())
+
+
+def readable(
+    ctx: VisibilityContext,
+    viewer: Member,
+    author_id: str,
+    seq: int,
+    created_at: datetime,
+) -> Readable | None:
+    """Why ``viewer`` may read the message (author, seq, created_at), or None."""
+    intervals = ctx.intervals(viewer.id)
+    if not viewer.is_private_agent:
+        if any(m.is_current for m in intervals):
+            return Readable("member")
+        return None
+    covering = [m for m in intervals if m.is_private and m.covers(seq)]
+    if not covering:
+        return None
+    if author_id == viewer.id:
+        return Readable("own")
+    owner = viewer.owner_member_id
+    if author_id == owner:
+        return Readable("owner")
+    for grant in ctx.grants:
+        if (
+            grant.owner_member_id == owner
+            and grant.grantee_member_id == author_id
+            and grant.covers(created_at)
+        ):
+            return Readable("grant", grant.id)
+    author = ctx.members.get(author_id)
+    if (
+        author is not None
+        and author.is_private_agent
+        and author.owner_member_id == owner
+        and any(m.is_private and m.covers(seq) for m in ctx.intervals(author_id))
+    ):
+        return Readable("same_owner_private")
+    return None
+
+
+def readers(
+    ctx: VisibilityContext,
+    candidates: Iterable[str],
+    author_id: str,
+    seq: int,
+    created_at: datetime,
+) -> frozenset[str]:
+    """The member ids among ``candidates`` that may read the message."""
+    out = []
+    for member_id in candidates:
+        member = ctx.members.get(member_id)
+        if member is not None and readable(ctx, member, author_id, seq, created_at):
+            out.append(member_id)
+    return frozenset(out)
