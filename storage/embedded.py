@@ -1,0 +1,618 @@
+"""Embedded PostgreSQL: a private cluster per data dir, reachable over a unix socket.
+
+Theory of operation
+-------------------
+``EmbeddedPostgres(data_dir).start()`` makes sure a PostgreSQL server runs for
+``data_dir`` and returns a DSN to it. The cluster normally lives in
+``<data_dir>/pg`` (``initdb`` on first use); TCP is off
+(``listen_addresses=''``) and the socket lives in ``<data_dir>/pg/run``.
+
+Where things are is decided once and recorded in ``<data_dir>/pg-layout.json``
+so that every later process (the node, admin commands) finds the same cluster:
+
+* the socket directory moves to ``/tmp/scopenode-<hash>`` when the socket
+  path would exceed the unix-socket path limit;
+* as root, the server runs as an unprivileged user (``postgres`` if present,
+  else a system user ``scopenode-pg`` created on demand); if that user cannot
+  traverse to ``data_dir`` (e.g. under a 0700 home), the cluster lives in
+  ``/var/lib/scopenode-pg/<hash>`` instead. Only directories created here are
+  chowned; ancestors are never touched;
+* the port is a stable hash of the data dir (it only names the socket file).
+
+A server already running for the cluster (started by another process) is
+reused and left running by ``stop()``. A ``postmaster.pid`` left by a crash is
+detected (pid dead, a zombie, or another program) and removed, after waiting
+for orphaned backends of the old server to exit. Concurrent ``start()`` calls
+on one data dir, from any process, are serialised by ``flock`` on
+``<data_dir>/pg.lock``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import pwd
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import structlog
+from psycopg import sql
+
+from storage.errors import EmbeddedPostgresError
+
+__all__ = ["EmbeddedPostgres", "EmbeddedPostgresError", "find_pg_bin_dir"]
+
+SUPERUSER = "postgres"
+SERVER_USER_FALLBACK = "scopenode-pg"
+PRIVATE_CLUSTER_ROOT = Path("/var/lib/scopenode-pg")
+LAYOUT_FILE = "pg-layout.json"
+LOCK_FILE = "pg.lock"
+START_TIMEOUT = 60
+
+# sun_path is 108 bytes on Linux including the NUL; keep a little margin.
+_MAX_SOCKET_PATH = 103
+_PORT_BASE, _PORT_SPAN = 20000, 10000
+# Settings for a small (2-core) machine. synchronous_commit stays on: an
+# acknowledged send must survive a crash.
+_SERVER_SETTINGS = {
+    "listen_addresses": "",
+    "max_connections": "200",
+    "shared_buffers": "128MB",
+}
+_ORPHAN_WAIT = 10.0
+
+_log = structlog.get_logger(__name__)
+
+
+def find_pg_bin_dir() -> Path:
+    """Locate the directory holding ``initdb``, ``pg_ctl`` and ``postgres``.
+
+    Order: the ``pgserver`` wheel's bundled binaries (if installed), the
+    ``PG_BIN`` environment variable, the newest ``/usr/lib/postgresql/*/bin``,
+    then ``pg_ctl`` on PATH. Raise EmbeddedPostgresError if none is usable.
+    """
+    for candidate in _bin_dir_candidates():
+        if _is_bin_dir(candidate):
+            return candidate
+    raise EmbeddedPostgresError(
+        "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found: install "
+        "PostgreSQL (e.g. `apt-get install postgresql` or `pip install pgserver`), "
+        "set PG_BIN to its bin directory, or set DATABASE_URL to use an existing server"
+    )
+
+
+def _bin_dir_candidates() -> Iterator[Path]:
+    spec = importlib.util.find_spec("pgserver")
+    if spec is not None and spec.origin is not None:
+        yield Path(spec.origin).parent / "pginstall" / "bin"
+    if env_bin := os.environ.get("PG_BIN"):
+        yield Path(env_bin)
+    versioned = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda path: _version_key(path.parent.name),
+        reverse=True,
+    )
+    yield from versioned
+    if pg_ctl := shutil.which("pg_ctl"):
+        yield Path(pg_ctl).resolve().parent
+
+
+def _version_key(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", name)) or (0,)
+
+
+def _is_bin_dir(path: Path) -> bool:
+    return all(os.access(path / tool, os.X_OK) for tool in ("initdb", "pg_ctl", "postgres"))
+
+
+@dataclass(frozen=True)
+class _ServerUser:
+    """The account that runs initdb, pg_ctl and the server."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+    @property
+    def is_self(self) -> bool:
+        return self.uid == os.geteuid()
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a data dir's cluster lives; persisted in ``<data_dir>/pg-layout.json``."""
+
+    cluster_dir: str
+    socket_dir: str
+    port: int
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server for one data dir, started on demand.
+
+    ``start()`` is idempotent and returns a libpq URL connecting as the
+    superuser over the unix socket to ``database`` (created if missing).
+    ``stop()`` stops the server only if this object started it.
+    ``server_settings`` (e.g. ``{"fsync": "off"}`` for a test suite) are added
+    to the defaults when this object starts the server; a reused server keeps
+    whatever it was started with.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        database: str = "scopenode",
+        log: Any | None = None,
+        server_settings: Mapping[str, str] | None = None,
+    ) -> None:
+        self._data_dir = Path(data_dir).absolute()
+        self._database = database
+        self._server_settings = dict(server_settings or {})
+        self._log = log if log is not None else _log
+        self._layout: _Layout | None = None
+        self._bin_dir: Path | None = None
+        self._user: _ServerUser | None = None
+        self._dsn: str | None = None
+        self._started_here = False
+
+    @property
+    def dsn(self) -> str:
+        """The DSN returned by ``start()``; raise if not started."""
+        if self._dsn is None:
+            raise EmbeddedPostgresError("embedded PostgreSQL is not started")
+        return self._dsn
+
+    @property
+    def cluster_dir(self) -> Path:
+        """The cluster's PGDATA (``<data_dir>/pg`` or a private directory)."""
+        return Path(self._require_layout().cluster_dir)
+
+    @property
+    def socket_dir(self) -> Path:
+        """The directory holding the server's unix socket."""
+        return Path(self._require_layout().socket_dir)
+
+    @property
+    def port(self) -> int:
+        """The port number (only the socket file's suffix: TCP is off)."""
+        return self._require_layout().port
+
+    @property
+    def started_here(self) -> bool:
+        """Whether this object started the server (and so ``stop()`` stops it)."""
+        return self._started_here
+
+    def start(self) -> str:
+        """Ensure the server runs and ``database`` exists; return the DSN."""
+        if self._dsn is not None:
+            return self._dsn
+        self._data_dir.mkdir(parents=True, exist_ok=True)
+        with _exclusive_lock(self._data_dir / LOCK_FILE):
+            self._bin_dir = find_pg_bin_dir()
+            self._user = _server_user()
+            layout = self._layout = self._resolve_layout(self._user)
+            self._prepare_directories(layout)
+            if not (Path(layout.cluster_dir) / "PG_VERSION").exists():
+                self._initdb(layout)
+            _make_private_dir(Path(layout.socket_dir), self._server_user())
+            if self._running_postmaster(layout) is not None:
+                self._wait_until_answering(layout)
+                self._log.info("embedded_pg.reused", cluster_dir=layout.cluster_dir)
+            else:
+                self._start_server(layout)
+                self._started_here = True
+            _ensure_database(_dsn(layout, SUPERUSER), self._database)
+        self._dsn = _dsn(layout, self._database)
+        return self._dsn
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown) if this object started it."""
+        if not self._started_here:
+            self._dsn = None
+            return
+        layout = self._require_layout()
+        with _exclusive_lock(self._data_dir / LOCK_FILE):
+            result = self._pg_ctl("-D", layout.cluster_dir, "-m", "fast", "-w", "stop")
+            if result.returncode != 0 and self._running_postmaster(layout) is not None:
+                raise EmbeddedPostgresError(
+                    f"pg_ctl stop failed: {result.stderr.strip()}\n{self._log_tail(layout)}"
+                )
+        self._started_here = False
+        self._dsn = None
+        self._log.info("embedded_pg.stopped", cluster_dir=layout.cluster_dir)
+
+    def __enter__(self) -> EmbeddedPostgres:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- layout ---------------------------------------------------------------
+
+    def _require_layout(self) -> _Layout:
+        if self._layout is None:
+            raise EmbeddedPostgresError("embedded PostgreSQL is not started")
+        return self._layout
+
+    def _resolve_layout(self, user: _ServerUser) -> _Layout:
+        """The recorded layout if its cluster still exists, else a new one."""
+        layout_file = self._data_dir / LAYOUT_FILE
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            recorded = _Layout(**json.loads(layout_file.read_text()))
+            if (Path(recorded.cluster_dir) / "PG_VERSION").exists():
+                return recorded
+        layout = self._new_layout(user)
+        _write_atomically(layout_file, json.dumps(asdict(layout), indent=2) + "\n")
+        return layout
+
+    def _new_layout(self, user: _ServerUser) -> _Layout:
+        digest = hashlib.sha256(str(self._data_dir.resolve()).encode()).hexdigest()
+        port = _PORT_BASE + int(digest, 16) % _PORT_SPAN
+        cluster_dir = self._data_dir / "pg"
+        if not user.is_self and not _can_traverse(user, self._data_dir):
+            cluster_dir = PRIVATE_CLUSTER_ROOT / digest[:16]
+            self._log.warning(
+                "embedded_pg.private_cluster_dir",
+                reason="server user cannot reach the data dir",
+                cluster_dir=str(cluster_dir),
+            )
+        socket_dir = cluster_dir / "run"
+        if len(str(socket_dir / f".s.PGSQL.{port}").encode()) > _MAX_SOCKET_PATH:
+            socket_dir = Path("/tmp") / f"scopenode-{digest[:16]}"
+        return _Layout(str(cluster_dir), str(socket_dir), port)
+
+    def _prepare_directories(self, layout: _Layout) -> None:
+        """Create the cluster directory (0700, owned by the server user); a
+        pre-existing one must already belong to that user."""
+        user = self._server_user()
+        cluster_dir = Path(layout.cluster_dir)
+        if cluster_dir.parent == PRIVATE_CLUSTER_ROOT:
+            # Root-owned and searchable only, so the server user can reach
+            # its own subdirectory and list nothing else.
+            PRIVATE_CLUSTER_ROOT.mkdir(mode=0o711, parents=True, exist_ok=True)
+        _make_private_dir(cluster_dir, user)
+
+    # --- server control ---------------------------------------------------------
+
+    def _initdb(self, layout: _Layout) -> None:
+        cluster_dir = Path(layout.cluster_dir)
+        leftovers = [p for p in cluster_dir.iterdir() if p.name != "run"]
+        if leftovers:
+            # No PG_VERSION: a previous initdb was interrupted half-way.
+            self._log.warning("embedded_pg.clearing_partial_cluster", cluster_dir=str(cluster_dir))
+            for path in leftovers:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+        locale = ["--locale=C.UTF-8"] if _has_c_utf8_locale() else ["--no-locale"]
+        argv = [
+            str(self._require_bin() / "initdb"),
+            "-D",
+            str(cluster_dir),
+            "--auth=trust",
+            f"--username={SUPERUSER}",
+            "-E",
+            "UTF8",
+            *locale,
+        ]
+        self._log.info("embedded_pg.initdb", cluster_dir=str(cluster_dir))
+        result = self._run_as_server_user(argv)
+        if result.returncode != 0:
+            raise EmbeddedPostgresError(
+                f"initdb failed in {cluster_dir}:\n{_tail(result.stdout + result.stderr)}"
+            )
+
+    def _start_server(self, layout: _Layout) -> None:
+        self._clear_stale_pid_file(layout)
+        settings = {
+            **_SERVER_SETTINGS,
+            **self._server_settings,
+            "unix_socket_directories": layout.socket_dir,
+            "port": str(layout.port),
+        }
+        options = " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in settings.items())
+        log_file = Path(layout.cluster_dir) / "server.log"
+        result = self._pg_ctl(
+            "-D",
+            layout.cluster_dir,
+            "-w",
+            "-t",
+            str(START_TIMEOUT),
+            "start",
+            "-l",
+            str(log_file),
+            "-o",
+            options,
+            new_session=True,
+        )
+        if result.returncode != 0:
+            raise EmbeddedPostgresError(
+                f"PostgreSQL failed to start in {layout.cluster_dir}: "
+                f"{result.stderr.strip() or result.stdout.strip()}\n"
+                f"server log tail:\n{self._log_tail(layout)}"
+            )
+        self._log.info("embedded_pg.started", cluster_dir=layout.cluster_dir)
+
+    def _running_postmaster(self, layout: _Layout) -> int | None:
+        """The pid of a live postmaster for this cluster, or None."""
+        pid = _pid_from_file(Path(layout.cluster_dir) / "postmaster.pid")
+        if pid is None or not _pid_alive(pid):
+            return None
+        cwd = _process_cwd(pid)
+        if cwd is not None:
+            return pid if cwd == Path(layout.cluster_dir).resolve() else None
+        return pid if _process_name(pid) in ("postgres", "postmaster") else None
+
+    def _clear_stale_pid_file(self, layout: _Layout) -> None:
+        pid_file = Path(layout.cluster_dir) / "postmaster.pid"
+        if not pid_file.exists():
+            return
+        # The old server's backends notice its death and exit within moments;
+        # starting before they are gone would run two servers on one cluster.
+        deadline = time.monotonic() + _ORPHAN_WAIT
+        while orphans := _processes_in(Path(layout.cluster_dir)):
+            if time.monotonic() > deadline:
+                raise EmbeddedPostgresError(
+                    f"stale postmaster.pid in {layout.cluster_dir} but processes "
+                    f"{sorted(orphans)} still use the cluster; stop them and retry"
+                )
+            time.sleep(0.1)
+        self._log.warning("embedded_pg.stale_pid_file_removed", cluster_dir=layout.cluster_dir)
+        pid_file.unlink(missing_ok=True)
+
+    def _wait_until_answering(self, layout: _Layout) -> None:
+        """Wait for a server another process started (maybe still starting)."""
+        deadline = time.monotonic() + START_TIMEOUT
+        dsn = _dsn(layout, SUPERUSER)
+        while not _answers(dsn):
+            if time.monotonic() > deadline or self._running_postmaster(layout) is None:
+                raise EmbeddedPostgresError(
+                    f"a PostgreSQL server runs for {layout.cluster_dir} but does not "
+                    f"accept connections on {layout.socket_dir}\n{self._log_tail(layout)}"
+                )
+            time.sleep(0.1)
+
+    def _pg_ctl(self, *args: str, new_session: bool = False) -> subprocess.CompletedProcess[str]:
+        return self._run_as_server_user(
+            [str(self._require_bin() / "pg_ctl"), *args], new_session=new_session
+        )
+
+    def _run_as_server_user(
+        self, argv: list[str], *, new_session: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        user = self._server_user()
+        # A fresh session keeps the server out of our terminal's process
+        # group: Ctrl-C on the node must not shut the database down under it.
+        kwargs: dict[str, Any] = {"start_new_session": new_session}
+        if not user.is_self:
+            # Set the supplementary groups too, or the server would keep root's.
+            kwargs.update(user=user.uid, group=user.gid, extra_groups=list(user.groups))
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            cwd="/",  # postgres tools fail if they cannot read the cwd
+            env=_server_env(),
+            check=False,
+            **kwargs,
+        )
+
+    def _server_user(self) -> _ServerUser:
+        if self._user is None:
+            self._user = _server_user()
+        return self._user
+
+    def _require_bin(self) -> Path:
+        if self._bin_dir is None:
+            self._bin_dir = find_pg_bin_dir()
+        return self._bin_dir
+
+    def _log_tail(self, layout: _Layout) -> str:
+        try:
+            return _tail((Path(layout.cluster_dir) / "server.log").read_text(errors="replace"))
+        except OSError:
+            return "(no server log)"
+
+
+# --- helpers ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _server_user() -> _ServerUser:
+    """The account that runs PostgreSQL (which refuses to run as root)."""
+    if os.geteuid() != 0:
+        entry = pwd.getpwuid(os.geteuid())
+        return _ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid, ())
+    for name in ("postgres", SERVER_USER_FALLBACK):
+        with contextlib.suppress(KeyError):
+            return _user_entry(name)
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    argv = [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+    created = subprocess.run(
+        [*argv, SERVER_USER_FALLBACK],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if created.returncode != 0:
+        raise EmbeddedPostgresError(
+            f"cannot create the system user {SERVER_USER_FALLBACK!r} to run PostgreSQL "
+            f"(which refuses to run as root): {created.stderr.strip()}"
+        )
+    _log.info("embedded_pg.user_created", user=SERVER_USER_FALLBACK)
+    return _user_entry(SERVER_USER_FALLBACK)
+
+
+def _user_entry(name: str) -> _ServerUser:
+    entry = pwd.getpwnam(name)
+    groups = tuple(os.getgrouplist(name, entry.pw_gid))
+    return _ServerUser(name, entry.pw_uid, entry.pw_gid, groups)
+
+
+def _can_traverse(user: _ServerUser, directory: Path) -> bool:
+    """Whether ``user`` can search ``directory`` and all its ancestors.
+
+    Asked of the kernel (``test -x`` run as that user), so ACLs and group
+    memberships count exactly as they will for the server.
+    """
+    test = shutil.which("test") or "/usr/bin/test"
+    result = subprocess.run(
+        [test, "-x", str(directory)],
+        user=user.uid,
+        group=user.gid,
+        extra_groups=list(user.groups),
+        cwd="/",
+        check=False,
+    )
+    return result.returncode == 0
+
+
+def _make_private_dir(path: Path, user: _ServerUser) -> None:
+    """Create ``path`` 0700 owned by ``user``; an existing one must be theirs."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        info = path.lstat()
+        if not path.is_dir() or path.is_symlink() or info.st_uid != user.uid:
+            raise EmbeddedPostgresError(
+                f"{path} exists but is not a directory owned by {user.name!r}; "
+                "remove it or fix its owner"
+            ) from None
+        return
+    if not user.is_self:
+        os.chown(path, user.uid, user.gid)
+
+
+def _has_c_utf8_locale() -> bool:
+    locale_cmd = shutil.which("locale")
+    if locale_cmd is None:
+        return False
+    listing = subprocess.run([locale_cmd, "-a"], capture_output=True, text=True, check=False)
+    names = {line.strip().lower().replace("-", "") for line in listing.stdout.splitlines()}
+    return "c.utf8" in names
+
+
+def _server_env() -> dict[str, str]:
+    # libpq/pg_ctl honour PG* variables (PGDATA, PGPORT, PGHOST...): they
+    # must not redirect our server.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["LC_MESSAGES"] = "C"
+    return env
+
+
+def _pid_from_file(pid_file: Path) -> int | None:
+    try:
+        first_line = pid_file.read_text().split("\n", 1)[0].strip()
+        return int(first_line)
+    except (OSError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not reaped, does not count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust kill()
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return state not in ("Z", "X")
+
+
+def _process_cwd(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
+    except OSError:
+        return None
+
+
+def _process_name(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def _processes_in(directory: Path) -> set[int]:
+    """Live processes whose working directory is ``directory`` (postgres
+    processes chdir to their PGDATA)."""
+    target = directory.resolve()
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                pid = int(entry.name)
+                if _process_cwd(pid) == target and _pid_alive(pid):
+                    found.add(pid)
+    return found
+
+
+def _dsn(layout: _Layout, database: str) -> str:
+    return (
+        f"postgresql://{SUPERUSER}@/{quote(database, safe='')}"
+        f"?host={quote(layout.socket_dir, safe='/')}&port={layout.port}"
+    )
+
+
+def _answers(dsn: str) -> bool:
+    try:
+        with psycopg.connect(dsn, connect_timeout=2, dbname="postgres"):
+            return True
+    except psycopg.Error:
+        return False
+
+
+def _ensure_database(dsn: str, database: str) -> None:
+    with psycopg.connect(dsn, autocommit=True, dbname="postgres") as conn:
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
+        if found.fetchone() is None:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+                _log.info("embedded_pg.database_created", database=database)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])

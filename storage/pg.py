@@ -1,0 +1,601 @@
+"""psycopg 3 driven natively from trio: a connection class and a small pool.
+
+Theory of operation
+-------------------
+psycopg does all protocol work in generators that yield "wait for the socket
+to become readable/writable" requests and are resumed with the readiness
+state (``psycopg.generators``). ``AsyncConnection`` consumes them with asyncio
+(``psycopg.waiting.wait_async``) and serialises callers with an
+``asyncio.Lock``. ``TrioConnection`` keeps every piece of psycopg's logic and
+swaps only the waiting: ``trio.lowlevel.wait_readable``/``wait_writable`` on
+the connection's file descriptor, a ``trio.Lock``, trio-side name resolution
+and connect/cancel loops. No asyncio event loop is ever needed.
+
+Cancellation: a trio cancel while a statement runs must not leave the
+connection half-way through the protocol. ``TrioConnection.wait`` therefore
+sends a server-side cancel request and drains the interrupted generator
+(shielded, bounded by ``CANCEL_TIMEOUT``); if that fails the connection is
+closed, never handed back half-read. A connection whose transaction was
+aborted by a cancel stays in the INERROR state until rolled back (the pool
+does that on release).
+
+psycopg private names used here (hence the ``>=3.3,<3.4`` pin; keep every such
+touch in this module): ``psycopg.errors._WaitTimeout``,
+``psycopg._conninfo_attempts.conninfo_attempts``,
+``psycopg._conninfo_utils.gssapi_requested``,
+``psycopg._capabilities.capabilities``, ``psycopg.abc.PQGen``/``PQGenConn``,
+and the connection internals ``_connect_gen``, ``_cancel_gen``,
+``_should_cancel``, ``_get_connection_params``, ``_autocommit``,
+``_adapters`` and the ``lock`` attribute's type.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import select
+import warnings
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import psycopg
+import structlog
+import trio
+from psycopg import errors as e
+from psycopg import pq
+from psycopg._capabilities import capabilities
+from psycopg._conninfo_attempts import conninfo_attempts
+from psycopg._conninfo_utils import gssapi_requested
+from psycopg.abc import AdaptContext, ConnDict, ConnParam, PQGen, PQGenConn
+from psycopg.adapt import AdaptersMap
+from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
+from psycopg.cursor_async import AsyncCursor
+from psycopg.pq.abc import PGconn
+from psycopg.rows import AsyncRowFactory
+from psycopg.waiting import Ready, Wait
+
+from storage.errors import DatabaseUnavailable, translate
+
+__all__ = [
+    "CANCEL_TIMEOUT",
+    "Pool",
+    "PoolStatistics",
+    "TrioConnection",
+    "connect",
+    "dsn_for_database",
+    "open_pool",
+]
+
+log = structlog.get_logger(__name__)
+
+RV = TypeVar("RV")
+
+# How long a cancelled statement may take to be cancelled server-side and
+# drained before the connection is given up and closed.
+CANCEL_TIMEOUT = 5.0
+# How long the pool may spend rolling back a returned connection.
+RESET_TIMEOUT = 5.0
+
+_IDLE = pq.TransactionStatus.IDLE
+_ACTIVE = pq.TransactionStatus.ACTIVE
+_INTRANS = pq.TransactionStatus.INTRANS
+_INERROR = pq.TransactionStatus.INERROR
+_CONN_OK = pq.ConnStatus.OK
+
+_POLL_MASKS = {
+    Wait.R: select.POLLIN,
+    Wait.W: select.POLLOUT,
+    Wait.RW: select.POLLIN | select.POLLOUT,
+}
+
+
+# --- waiting on the socket --------------------------------------------------
+
+
+def _ready_now(fileno: int, state: Wait) -> int:
+    """Readiness of ``fileno`` for ``state`` right now, without blocking."""
+    poller = select.poll()
+    poller.register(fileno, _POLL_MASKS[state])
+    ready = 0
+    for _, events in poller.poll(0):
+        if events & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+            # Let libpq find out what went wrong by trying the operation.
+            return int(state)
+        if events & select.POLLIN:
+            ready |= Ready.R
+        if events & select.POLLOUT:
+            ready |= Ready.W
+    return ready
+
+
+async def _wait_either(fileno: int) -> int:
+    """Wait until ``fileno`` is readable or writable; return which.
+
+    Rare path: libpq asks for both only when its output buffer is full
+    (large statements, pipeline mode), so a small nursery is fine here.
+    """
+    ready = 0
+
+    async with trio.open_nursery() as nursery:
+
+        async def watch(waiter: Callable[[int], Awaitable[None]], flag: int) -> None:
+            nonlocal ready
+            await waiter(fileno)
+            ready |= flag
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch, trio.lowlevel.wait_readable, Ready.R)
+        nursery.start_soon(watch, trio.lowlevel.wait_writable, Ready.W)
+    return ready
+
+
+async def _wait_ready(fileno: int, state: Wait, deadline: float) -> int:
+    """Wait until ``fileno`` is ready for ``state``; 0 if ``deadline`` passed."""
+    # A socket asked for writing is nearly always writable, and a poll is
+    # much cheaper than a trip through the scheduler. With a deadline
+    # (notifies(timeout=0)) this also makes "poll at least once" true.
+    if (state & Wait.W or deadline != math.inf) and (ready := _ready_now(fileno, state)):
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return ready
+    with trio.move_on_at(deadline):
+        if state == Wait.R:
+            await trio.lowlevel.wait_readable(fileno)
+            return Ready.R
+        if state == Wait.W:
+            await trio.lowlevel.wait_writable(fileno)
+            return Ready.W
+        if state == Wait.RW:
+            return await _wait_either(fileno)
+        raise e.InternalError(f"bad poll status: {state}")
+    return 0
+
+
+async def _wait_gen(gen: PQGen[RV], fileno: int, timeout: float | None = None) -> RV:
+    """Run a psycopg generator on a fixed fd (trio version of ``wait_async``).
+
+    Raise ``psycopg.errors._WaitTimeout`` if ``timeout`` seconds pass first.
+    """
+    # Nothing has been sent yet: the cheapest moment to honour a cancel.
+    await trio.lowlevel.checkpoint_if_cancelled()
+    try:
+        state = next(gen)
+    except StopIteration as ex:
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return cast(RV, ex.value)
+    deadline = math.inf if timeout is None else trio.current_time() + timeout
+    try:
+        while True:
+            ready = await _wait_ready(fileno, state, deadline)
+            if not ready:
+                raise e._WaitTimeout("wait timeout expired")
+            state = gen.send(Ready(ready))
+    except StopIteration as ex:
+        return cast(RV, ex.value)
+    except (OSError, trio.ClosedResourceError) as ex:
+        raise e.OperationalError("connection socket closed") from ex
+
+
+async def _wait_conn_gen(gen: PQGenConn[RV], timeout: float | None = None) -> RV:
+    """Run a psycopg connection generator, whose fd may change (connect, cancel)."""
+    await trio.lowlevel.checkpoint_if_cancelled()
+    try:
+        fileno, state = next(gen)
+    except StopIteration as ex:
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return cast(RV, ex.value)
+    deadline = math.inf if timeout is None else trio.current_time() + timeout
+    try:
+        while True:
+            ready = await _wait_ready(fileno, state, deadline)
+            if not ready:
+                raise e._WaitTimeout("wait timeout expired")
+            fileno, state = gen.send(Ready(ready))
+    except StopIteration as ex:
+        return cast(RV, ex.value)
+    except (OSError, trio.ClosedResourceError) as ex:
+        raise e.OperationalError("connection socket closed") from ex
+
+
+# --- the connection ---------------------------------------------------------
+
+
+class TrioConnection(psycopg.AsyncConnection[Any]):
+    """A psycopg ``AsyncConnection`` that runs on trio instead of asyncio.
+
+    Everything ``AsyncConnection`` offers works: ``execute``, ``cursor()``,
+    ``transaction()``, ``pipeline()``, ``notifies()``, ``copy``, ``close``.
+    Concurrent tasks using one connection are serialised by a ``trio.Lock``.
+    Iterate ``notifies()`` inside ``contextlib.aclosing`` (or with
+    ``stop_after``/``timeout``) so the lock is released by the task that took it.
+
+    A trio cancellation during a statement cancels it server-side and leaves
+    the connection either usable (possibly in a failed transaction, to be
+    rolled back) or closed.
+    """
+
+    def __init__(self, pgconn: PGconn, row_factory: AsyncRowFactory[Any] | None = None):
+        if row_factory is None:
+            super().__init__(pgconn)
+        else:
+            super().__init__(pgconn, row_factory)
+        # The base class uses an asyncio.Lock; every user only does
+        # `async with self.lock`, which trio.Lock supports.
+        self.lock = trio.Lock()  # type: ignore[assignment]
+
+    @classmethod
+    async def connect(
+        cls,
+        conninfo: str = "",
+        *,
+        autocommit: bool = False,
+        prepare_threshold: int | None = 5,
+        context: AdaptContext | None = None,
+        row_factory: AsyncRowFactory[Any] | None = None,
+        cursor_factory: type[AsyncCursor[Any]] | None = None,
+        **kwargs: ConnParam,
+    ) -> TrioConnection:
+        """Connect like ``AsyncConnection.connect`` (same arguments), on trio.
+
+        Each host/address is tried in turn within libpq's ``connect_timeout``
+        (psycopg's default when unset); unix-socket hosts (``host=/dir``) work.
+        """
+        params = await cls._get_connection_params(conninfo, **kwargs)
+        timeout = timeout_from_conninfo(params)
+        attempts = await _connection_attempts(params)
+        conn: TrioConnection | None = None
+        failures: list[tuple[e.Error, str]] = []
+        for attempt in attempts:
+            where = f"host: {attempt.get('host')!r}, port: {attempt.get('port')!r}"
+            try:
+                gen = cls._connect_gen(make_conninfo("", **attempt))
+                conn = await _wait_conn_gen(gen, timeout=timeout)
+            except e._WaitTimeout:
+                failures.append((e.ConnectionTimeout("connection timeout expired"), where))
+            except e.Error as ex:
+                failures.append((ex, where))
+            else:
+                break
+        if conn is None:
+            raise _connect_failure(failures)
+
+        _warn_unrequested_gssapi(conn, params)
+        conn._autocommit = bool(autocommit)
+        if row_factory:
+            conn.row_factory = row_factory
+        if cursor_factory:
+            conn.cursor_factory = cursor_factory
+        if context:
+            conn._adapters = AdaptersMap(context.adapters)
+        conn.prepare_threshold = prepare_threshold
+        return conn
+
+    async def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
+        """Consume ``gen`` on this connection's socket (``interval`` is unused:
+        trio wakes us on readiness, no periodic polling is needed)."""
+        try:
+            return await _wait_gen(gen, self.pgconn.socket, timeout)
+        except BaseException as exc:
+            # Cancelled (or KeyboardInterrupt) mid-statement: the server is
+            # still running it and the reply is still coming. Exceptions
+            # (errors) leave the protocol in a consistent state by themselves.
+            if not isinstance(exc, Exception) and self._statement_in_flight():
+                await self._abort_statement(gen)
+            raise
+
+    async def cancel_safe(self, *, timeout: float = 30.0) -> None:
+        """Ask the server to cancel the running statement (non-blocking on trio).
+
+        Raise ``psycopg.errors.CancellationTimeout`` if the request is not
+        delivered within ``timeout`` seconds.
+        """
+        if not self._should_cancel():
+            return
+        if capabilities.has_cancel_safe():
+            try:
+                await _wait_conn_gen(self._cancel_gen(), timeout=timeout or None)
+            except e._WaitTimeout:
+                raise e.CancellationTimeout("cancellation timeout expired") from None
+        else:
+            # libpq < 17 only has the blocking cancel: keep it off the loop.
+            await trio.to_thread.run_sync(self.cancel)
+
+    async def close(self) -> None:
+        """Close the connection; tasks blocked on its socket get an error."""
+        if self.closed:
+            return
+        self._forget_socket()
+        await super().close()
+
+    def _statement_in_flight(self) -> bool:
+        return not self.closed and self.pgconn.transaction_status == _ACTIVE
+
+    async def _abort_statement(self, gen: PQGen[Any]) -> None:
+        """Cancel the statement server-side and read its reply to the end, so
+        the connection is back in step; close the connection if that fails."""
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + CANCEL_TIMEOUT
+            try:
+                await self.cancel_safe(timeout=CANCEL_TIMEOUT)
+                await _wait_gen(gen, self.pgconn.socket)
+            except e.Error:
+                pass  # normally QueryCanceled: the reply we expected
+            except Exception as exc:
+                log.warning("pg.cancel_failed", error=type(exc).__name__)
+        if scope.cancelled_caught or self._statement_in_flight():
+            log.warning("pg.connection_abandoned", reason="statement not cancelled in time")
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """Close without talking to the server (its state is unknown)."""
+        if self.closed:
+            return
+        self._forget_socket()
+        self.pgconn.finish()
+
+    def _forget_socket(self) -> None:
+        # The fd is about to be closed: wake any task blocked on it, or it
+        # would wait forever (epoll silently drops closed fds).
+        try:
+            fileno = self.pgconn.socket
+        except e.OperationalError:
+            return
+        trio.lowlevel.notify_closing(fileno)
+
+
+async def _connection_attempts(params: ConnDict) -> list[ConnDict]:
+    """psycopg's split of ``params`` into attempts (one per host/address).
+
+    The sync version resolves host names with a blocking getaddrinfo(), so
+    it runs in a worker thread; psycopg's async version would need asyncio.
+    """
+    hosts = str(params.get("host") or "")
+    if all(_needs_no_lookup(host) for host in hosts.split(",")):
+        return conninfo_attempts(params)
+    return await trio.to_thread.run_sync(conninfo_attempts, params, abandon_on_cancel=True)
+
+
+def _needs_no_lookup(host: str) -> bool:
+    host = host.strip()
+    return not host or host.startswith("/") or host[1:2] == ":" or _is_ip(host)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _connect_failure(failures: list[tuple[e.Error, str]]) -> e.Error:
+    last = failures[-1][0]
+    if len(failures) == 1:
+        return last.with_traceback(None)
+    lines = [str(last), "Multiple connection attempts failed. All failures were:"]
+    lines.extend(f"- {where}: {error}" for error, where in failures)
+    return type(last)("\n".join(lines), pgconn=last.pgconn)
+
+
+def _warn_unrequested_gssapi(conn: TrioConnection, params: ConnDict) -> None:
+    # Same warning as AsyncConnection.connect, for parity.
+    used = capabilities.has_used_gssapi() and conn.pgconn.used_gssapi
+    if used and not gssapi_requested(params):
+        warnings.warn(
+            "the connection was obtained using the GSSAPI relying on the"
+            " 'gssencmode=prefer' libpq default; set 'gssencmode' explicitly",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+async def connect(
+    dsn: str, *, autocommit: bool = False, row_factory: AsyncRowFactory[Any] | None = None
+) -> TrioConnection:
+    """Open one TrioConnection (psycopg errors propagate untranslated).
+
+    ``prepare_threshold`` keeps psycopg's default so hot statements get
+    prepared server-side.
+    """
+    return await TrioConnection.connect(dsn, autocommit=autocommit, row_factory=row_factory)
+
+
+def dsn_for_database(base_dsn: str, dbname: str) -> str:
+    """``base_dsn`` (URL or key=value) pointed at ``dbname``, as key=value."""
+    params = conninfo_to_dict(base_dsn)
+    params["dbname"] = dbname
+    return make_conninfo("", **params)
+
+
+# --- the pool ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatistics:
+    """A snapshot of a Pool: ``size`` is the configured maximum; ``in_use``
+    counts connections handed out (or being opened for a caller); ``waiting``
+    counts callers blocked for a free slot."""
+
+    size: int
+    idle: int
+    in_use: int
+    waiting: int
+
+
+class Pool:
+    """A small trio pool of TrioConnections.
+
+    Connections are opened lazily (autocommit off) up to ``size``.
+    ``connection()`` waits for a free one for at most ``acquire_timeout``
+    seconds (opening included), then raises ``DatabaseUnavailable``; a
+    connection that cannot be opened also raises ``DatabaseUnavailable``.
+    ``configure`` runs on every new connection before first use (a
+    transaction it leaves open is committed).
+
+    On return a connection goes back to the pool only if it is healthy and
+    idle: an open or failed transaction is rolled back (shielded, bounded by
+    ``RESET_TIMEOUT``), anything else (closed, broken, a statement still
+    running) is closed and replaced on demand. Idle connections are checked
+    without a round trip before reuse, so connections the server dropped
+    while idle are replaced rather than handed out.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        size: int = 8,
+        acquire_timeout: float = 10.0,
+        configure: Callable[[TrioConnection], Awaitable[None]] | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError("pool size must be at least 1")
+        self._dsn = dsn
+        self._size = size
+        self._acquire_timeout = acquire_timeout
+        self._configure = configure
+        self._slots = trio.Semaphore(size)
+        self._idle: deque[TrioConnection] = deque()
+        self._waiting = 0
+        self._closed = False
+
+    def connection(self) -> AbstractAsyncContextManager[TrioConnection]:
+        """``async with pool.connection() as conn``: borrow a connection."""
+        return self._borrow()
+
+    @asynccontextmanager
+    async def _borrow(self) -> AsyncIterator[TrioConnection]:
+        conn = await self._acquire()
+        try:
+            yield conn
+        finally:
+            await self._release(conn)
+
+    async def aclose(self) -> None:
+        """Close idle connections now and borrowed ones when they come back;
+        later ``connection()`` calls raise ``DatabaseUnavailable``."""
+        self._closed = True
+        while self._idle:
+            await self._idle.pop().close()
+
+    def statistics(self) -> PoolStatistics:
+        """A snapshot of the pool's occupancy."""
+        return PoolStatistics(
+            size=self._size,
+            idle=len(self._idle),
+            in_use=self._size - self._slots.value,
+            waiting=self._waiting,
+        )
+
+    async def _acquire(self) -> TrioConnection:
+        if self._closed:
+            raise DatabaseUnavailable("the connection pool is closed")
+        with trio.move_on_after(self._acquire_timeout):
+            self._waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self._waiting -= 1
+            try:
+                return await self._idle_or_new()
+            except BaseException:
+                self._slots.release()
+                raise
+        raise DatabaseUnavailable(
+            f"no database connection available within {self._acquire_timeout}s"
+        )
+
+    async def _idle_or_new(self) -> TrioConnection:
+        while self._idle:
+            conn = self._idle.pop()  # most recently used: warm statement cache
+            if _looks_healthy(conn):
+                return conn
+            log.info("pg.connection_discarded", reason="dropped while idle")
+            await conn.close()
+        return await self._open()
+
+    async def _open(self) -> TrioConnection:
+        try:
+            conn = await connect(self._dsn)
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(str(translate(exc))) from exc
+        try:
+            if self._configure is not None:
+                await self._configure(conn)
+                if conn.pgconn.transaction_status == _INTRANS:
+                    await conn.commit()
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _release(self, conn: TrioConnection) -> None:
+        try:
+            if not self._closed and await _reset(conn):
+                self._idle.append(conn)
+            else:
+                await conn.close()
+        finally:
+            self._slots.release()
+
+
+def _looks_healthy(conn: TrioConnection) -> bool:
+    """Whether an idle connection still looks usable, without a round trip.
+
+    An idle connection has nothing to read unless the server sent a
+    notification or parameter change, or said goodbye and closed: read what
+    is there and look at the resulting state.
+    """
+    pgconn = conn.pgconn
+    if conn.closed or pgconn.status != _CONN_OK or pgconn.transaction_status != _IDLE:
+        return False
+    try:
+        if _ready_now(pgconn.socket, Wait.R):
+            pgconn.consume_input()
+    except (psycopg.Error, OSError):
+        return False
+    return pgconn.status == _CONN_OK
+
+
+async def _reset(conn: TrioConnection) -> bool:
+    """Bring a returned connection back to IDLE; False if it must be closed."""
+    if conn.closed:
+        log.info("pg.connection_discarded", reason="closed or broken")
+        return False
+    status = conn.pgconn.transaction_status
+    if status == _IDLE:
+        return True
+    if status not in (_INTRANS, _INERROR):
+        log.info("pg.connection_discarded", reason="unknown state")
+        return False
+    # Shielded: a caller that was cancelled still owes the pool a rollback.
+    with trio.CancelScope(shield=True) as scope:
+        scope.deadline = trio.current_time() + RESET_TIMEOUT
+        try:
+            await conn.rollback()
+        except psycopg.Error:
+            log.info("pg.connection_discarded", reason="rollback failed")
+            return False
+    if scope.cancelled_caught or conn.closed or conn.pgconn.transaction_status != _IDLE:
+        log.info("pg.connection_discarded", reason="rollback timed out")
+        return False
+    return True
+
+
+@asynccontextmanager
+async def open_pool(
+    dsn: str,
+    *,
+    size: int = 8,
+    acquire_timeout: float = 10.0,
+    configure: Callable[[TrioConnection], Awaitable[None]] | None = None,
+) -> AsyncIterator[Pool]:
+    """A Pool for the duration of the block, closed (shielded) on exit."""
+    pool = Pool(dsn, size=size, acquire_timeout=acquire_timeout, configure=configure)
+    try:
+        yield pool
+    finally:
+        with trio.CancelScope(shield=True):
+            await pool.aclose()
