@@ -1,0 +1,138 @@
+"""Workspaces, members and credentials (identity). Tokens are stored hashed."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from actors.ids import new_id
+from actors.model import Member, MemberType
+from storage.errors import map_errors
+from storage.pg import TrioConnection
+
+MEMBER_COLUMNS = "id, workspace_id, type, handle, display_name, owner_member_id, is_private"
+
+INSERT_WORKSPACE = "INSERT INTO workspaces (id, name) VALUES (%s, %s)"
+INSERT_MEMBER = f"""
+INSERT INTO members ({MEMBER_COLUMNS})
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+"""
+SELECT_MEMBER = f"SELECT {MEMBER_COLUMNS} FROM members WHERE id = %s"
+SELECT_MEMBER_BY_HANDLE = (
+    f"SELECT {MEMBER_COLUMNS} FROM members WHERE workspace_id = %s AND handle = %s"
+)
+INSERT_TOKEN = "INSERT INTO credentials (member_id, token_hash) VALUES (%s, %s)"
+REVOKE_TOKEN = """
+UPDATE credentials SET revoked_at = now() WHERE token_hash = %s AND revoked_at IS NULL
+RETURNING id
+"""
+AUTHENTICATE = f"""
+SELECT {", ".join("m." + c.strip() for c in MEMBER_COLUMNS.split(","))}
+FROM credentials c JOIN members m ON m.id = c.member_id
+WHERE c.token_hash = %s AND c.revoked_at IS NULL AND m.status = 'active'
+"""
+FIRST_HUMAN = f"""
+SELECT {MEMBER_COLUMNS} FROM members WHERE type = 'human' ORDER BY created_at LIMIT 1
+"""
+
+
+def token_hash(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def member_from_row(row: tuple[Any, ...]) -> Member:
+    return Member(
+        id=row[0],
+        workspace_id=row[1],
+        type=MemberType(row[2]),
+        handle=row[3],
+        display_name=row[4],
+        owner_member_id=row[5],
+        is_private=bool(row[6]),
+    )
+
+
+async def create_workspace(conn: TrioConnection, name: str) -> str:
+    workspace_id = new_id("ws")
+    with map_errors():
+        await conn.execute(INSERT_WORKSPACE, (workspace_id, name))
+    return workspace_id
+
+
+async def create_member(
+    conn: TrioConnection,
+    *,
+    workspace_id: str,
+    type_: MemberType,
+    handle: str,
+    display_name: str | None = None,
+    owner_member_id: str | None = None,
+    private: bool = False,
+) -> Member:
+    member = Member(
+        id=new_id("mem"),
+        workspace_id=workspace_id,
+        type=type_,
+        handle=handle.lower(),
+        display_name=display_name or handle,
+        owner_member_id=owner_member_id,
+        is_private=private,
+    )
+    with map_errors():
+        await conn.execute(
+            INSERT_MEMBER,
+            (
+                member.id,
+                member.workspace_id,
+                member.type.value,
+                member.handle,
+                member.display_name,
+                member.owner_member_id,
+                member.is_private,
+            ),
+        )
+    return member
+
+
+async def issue_token(conn: TrioConnection, member_id: str) -> str:
+    token = "snt_" + secrets.token_urlsafe(32)
+    with map_errors():
+        await conn.execute(INSERT_TOKEN, (member_id, token_hash(token)))
+    return token
+
+
+async def revoke_token(conn: TrioConnection, token: str) -> bool:
+    with map_errors():
+        cur = await conn.execute(REVOKE_TOKEN, (token_hash(token),))
+        return await cur.fetchone() is not None
+
+
+async def authenticate(conn: TrioConnection, token: str) -> Member | None:
+    with map_errors():
+        cur = await conn.execute(AUTHENTICATE, (token_hash(token),))
+        row = await cur.fetchone()
+    return member_from_row(row) if row else None
+
+
+async def get_member(conn: TrioConnection, member_id: str) -> Member | None:
+    with map_errors():
+        cur = await conn.execute(SELECT_MEMBER, (member_id,))
+        row = await cur.fetchone()
+    return member_from_row(row) if row else None
+
+
+async def get_member_by_handle(
+    conn: TrioConnection, workspace_id: str, handle: str
+) -> Member | None:
+    with map_errors():
+        cur = await conn.execute(SELECT_MEMBER_BY_HANDLE, (workspace_id, handle))
+        row = await cur.fetchone()
+    return member_from_row(row) if row else None
+
+
+async def first_human(conn: TrioConnection) -> Member | None:
+    with map_errors():
+        cur = await conn.execute(FIRST_HUMAN)
+        row = await cur.fetchone()
+    return member_from_row(row) if row else None

@@ -1,0 +1,364 @@
+"""Scopes, channel profiles, memberships, notification settings, grants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from actors.ids import new_id
+from actors.model import (
+    IdempotencyRecord,
+    Member,
+    Membership,
+    NotificationState,
+    PrivateGrant,
+    ScopeInfo,
+    ScopeSnapshot,
+    ScopeType,
+    StoredMessage,
+)
+from actors.ports import ScopeMissing
+from storage.directory import member_from_row
+from storage.errors import map_errors
+from storage.pg import TrioConnection
+
+SCOPE_COLUMNS = """
+s.id, s.workspace_id, s.type, s.latest_seq, s.parent_scope_id, s.root_message_id,
+p.slug, p.display_name, p.visibility, s.roster_generation
+"""
+SELECT_SCOPE = f"""
+SELECT {SCOPE_COLUMNS}
+FROM scopes s LEFT JOIN scope_channel_profiles p ON p.scope_id = s.id
+WHERE s.id = %s
+"""
+SELECT_CHANNEL_BY_SLUG = """
+SELECT scope_id FROM scope_channel_profiles WHERE workspace_id = %s AND slug = %s
+"""
+SELECT_BY_IDENTITY = "SELECT id FROM scopes WHERE identity_key = %s"
+INSERT_SCOPE = """
+INSERT INTO scopes (id, workspace_id, type, identity_key, created_by_member_id,
+                    parent_scope_id, root_message_id)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT DO NOTHING
+RETURNING id
+"""
+INSERT_PROFILE = """
+INSERT INTO scope_channel_profiles
+    (scope_id, workspace_id, slug, display_name, description, visibility, owner_member_id)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+"""
+MEMBER_COLUMNS_M = (
+    "mem.id, mem.workspace_id, mem.type, mem.handle, mem.display_name, "
+    "mem.owner_member_id, mem.is_private"
+)
+SELECT_MEMBERSHIPS = f"""
+SELECT m.member_id, m.visibility, m.owner_member_id, m.effective_from_seq,
+       m.effective_to_seq, m.last_read_seq, {MEMBER_COLUMNS_M}
+FROM scope_memberships m JOIN members mem ON mem.id = m.member_id
+WHERE m.scope_id = %s
+ORDER BY m.effective_from_seq, m.id
+"""
+SELECT_NOTIFICATION = "SELECT member_id, state FROM scope_notification_settings WHERE scope_id = %s"
+SELECT_GRANTS = """
+SELECT id, scope_id, owner_member_id, grantee_member_id, created_at, expires_at, revoked_at
+FROM scope_private_grants WHERE scope_id = ANY(%s)
+ORDER BY created_at, id
+"""
+SELECT_RECENT = f"""
+SELECT m.id, m.seq, m.workspace_global_seq, m.message_type, m.content, m.created_at,
+       m.client_message_id, m.idempotency_payload_digest, {MEMBER_COLUMNS_M}
+FROM scope_messages m JOIN members mem ON mem.id = m.author_member_id
+WHERE m.scope_id = %s
+ORDER BY m.seq DESC
+LIMIT %s
+"""
+INSERT_MEMBERSHIP = """
+INSERT INTO scope_memberships
+    (scope_id, member_id, visibility, owner_member_id, effective_from_seq, last_read_seq)
+SELECT s.id, %(member_id)s, %(visibility)s, %(owner_id)s, s.latest_seq + 1, s.latest_seq
+FROM scopes s WHERE s.id = %(scope_id)s
+RETURNING effective_from_seq, last_read_seq
+"""
+CLOSE_MEMBERSHIP = """
+UPDATE scope_memberships m
+SET effective_to_seq = s.latest_seq + 1, removed_at = now(), updated_at = now()
+FROM scopes s
+WHERE s.id = m.scope_id AND m.scope_id = %(scope_id)s AND m.member_id = %(member_id)s
+  AND m.effective_to_seq IS NULL
+RETURNING m.visibility, m.owner_member_id, m.effective_from_seq, m.effective_to_seq,
+          m.last_read_seq
+"""
+UPSERT_NOTIFICATION = """
+INSERT INTO scope_notification_settings (scope_id, member_id, state)
+VALUES (%s, %s, %s)
+ON CONFLICT (scope_id, member_id) DO UPDATE SET state = excluded.state, updated_at = now()
+"""
+DELETE_NOTIFICATION = (
+    "DELETE FROM scope_notification_settings WHERE scope_id = %s AND member_id = %s"
+)
+BUMP_ROSTER = "UPDATE scopes SET roster_generation = roster_generation + 1 WHERE id = %s"
+SELECT_MEMBER_SCOPES = """
+SELECT s.id, s.type, p.slug, p.display_name, s.latest_seq, m.last_read_seq,
+       coalesce(n.state, 'active'),
+       (SELECT count(*) FROM scope_messages x
+        WHERE x.scope_id = s.id AND x.seq > m.last_read_seq
+          AND x.author_member_id <> m.member_id) AS unread
+FROM scope_memberships m
+JOIN scopes s ON s.id = m.scope_id
+LEFT JOIN scope_channel_profiles p ON p.scope_id = s.id
+LEFT JOIN scope_notification_settings n ON n.scope_id = s.id AND n.member_id = m.member_id
+WHERE m.member_id = %s AND m.effective_to_seq IS NULL AND s.type <> 'workflow'
+ORDER BY s.latest_message_at DESC NULLS LAST, s.id
+"""
+SELECT_MEMBERS = f"""
+SELECT {MEMBER_COLUMNS_M}, m.visibility, m.owner_member_id
+FROM scope_memberships m JOIN members mem ON mem.id = m.member_id
+WHERE m.scope_id = %s AND m.effective_to_seq IS NULL
+ORDER BY mem.handle
+"""
+MARK_READ = """
+UPDATE scope_memberships m
+SET last_read_seq = greatest(m.last_read_seq, least(%(seq)s, s.latest_seq)),
+    last_read_global_seq = greatest(m.last_read_global_seq, coalesce(
+        (SELECT workspace_global_seq FROM scope_messages
+         WHERE scope_id = s.id AND seq = least(%(seq)s, s.latest_seq)), 0)),
+    updated_at = now()
+FROM scopes s
+WHERE s.id = m.scope_id AND m.scope_id = %(scope_id)s AND m.member_id = %(member_id)s
+  AND m.effective_to_seq IS NULL
+RETURNING m.last_read_seq
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeSummary:
+    id: str
+    type: str
+    slug: str | None
+    name: str | None
+    latest_seq: int
+    last_read_seq: int
+    notification: str
+    unread: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberListing:
+    member: Member
+    visibility: str
+    owner_member_id: str | None
+
+
+def _scope_from_row(row: tuple[Any, ...]) -> ScopeInfo:
+    return ScopeInfo(
+        id=row[0],
+        workspace_id=row[1],
+        type=ScopeType(row[2]),
+        latest_seq=row[3],
+        parent_scope_id=row[4],
+        root_message_id=row[5],
+        slug=row[6],
+        name=row[7],
+        channel_visibility=row[8],
+        roster_generation=row[9],
+    )
+
+
+async def get_scope(conn: TrioConnection, scope_id: str) -> ScopeInfo | None:
+    with map_errors():
+        cur = await conn.execute(SELECT_SCOPE, (scope_id,))
+        row = await cur.fetchone()
+    return _scope_from_row(row) if row else None
+
+
+async def channel_by_slug(conn: TrioConnection, workspace_id: str, slug: str) -> str | None:
+    with map_errors():
+        cur = await conn.execute(SELECT_CHANNEL_BY_SLUG, (workspace_id, slug))
+        row = await cur.fetchone()
+    return str(row[0]) if row else None
+
+
+async def create_channel(
+    conn: TrioConnection,
+    *,
+    creator: Member,
+    slug: str,
+    name: str,
+    visibility: str,
+    description: str,
+) -> str:
+    """Scope + profile + the creator's membership, in one transaction."""
+    scope_id = new_id("scp")
+    with map_errors():
+        async with conn.transaction():
+            await conn.execute(
+                INSERT_SCOPE,
+                (scope_id, creator.workspace_id, "channel", None, creator.id, None, None),
+            )
+            await conn.execute(
+                INSERT_PROFILE,
+                (scope_id, creator.workspace_id, slug, name, description, visibility, creator.id),
+            )
+            await _insert_membership(conn, scope_id, creator, "public", None)
+    return scope_id
+
+
+async def get_or_create_dm(conn: TrioConnection, a: Member, b: Member) -> str:
+    """The DM between two members (identity ``dm:`` + sorted ids), created with both."""
+    identity = "dm:" + ":".join(sorted({a.id, b.id}))
+    with map_errors():
+        async with conn.transaction():
+            cur = await conn.execute(
+                INSERT_SCOPE, (new_id("scp"), a.workspace_id, "dm", identity, a.id, None, None)
+            )
+            created = await cur.fetchone()
+            if created is not None:
+                for member in {a.id: a, b.id: b}.values():
+                    await _insert_membership(conn, str(created[0]), member, "public", None)
+                return str(created[0])
+            cur = await conn.execute(SELECT_BY_IDENTITY, (identity,))
+            row = await cur.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+async def _insert_membership(
+    conn: TrioConnection,
+    scope_id: str,
+    member: Member,
+    visibility: str,
+    owner_id: str | None,
+    state: NotificationState = NotificationState.ACTIVE,
+) -> Membership:
+    cur = await conn.execute(
+        INSERT_MEMBERSHIP,
+        {
+            "scope_id": scope_id,
+            "member_id": member.id,
+            "visibility": visibility,
+            "owner_id": owner_id,
+        },
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise ScopeMissing(scope_id)
+    await conn.execute(UPSERT_NOTIFICATION, (scope_id, member.id, state.value))
+    await conn.execute(BUMP_ROSTER, (scope_id,))
+    return Membership(member.id, visibility, owner_id, row[0], None, row[1])
+
+
+async def join(
+    conn: TrioConnection,
+    scope_id: str,
+    member: Member,
+    *,
+    visibility: str,
+    owner_member_id: str | None,
+    state: NotificationState,
+) -> Membership:
+    with map_errors():
+        async with conn.transaction():
+            return await _insert_membership(
+                conn, scope_id, member, visibility, owner_member_id, state
+            )
+
+
+async def leave(conn: TrioConnection, scope_id: str, member_id: str) -> Membership | None:
+    with map_errors():
+        async with conn.transaction():
+            cur = await conn.execute(
+                CLOSE_MEMBERSHIP, {"scope_id": scope_id, "member_id": member_id}
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            await conn.execute(DELETE_NOTIFICATION, (scope_id, member_id))
+            await conn.execute(BUMP_ROSTER, (scope_id,))
+    return Membership(member_id, row[0], row[1], row[2], row[3], row[4])
+
+
+async def set_notification(
+    conn: TrioConnection, scope_id: str, member_id: str, state: NotificationState
+) -> None:
+    with map_errors():
+        async with conn.transaction():
+            await conn.execute(UPSERT_NOTIFICATION, (scope_id, member_id, state.value))
+            await conn.execute(BUMP_ROSTER, (scope_id,))
+
+
+async def mark_read(conn: TrioConnection, scope_id: str, member_id: str, seq: int) -> int | None:
+    with map_errors():
+        cur = await conn.execute(
+            MARK_READ, {"scope_id": scope_id, "member_id": member_id, "seq": seq}
+        )
+        row = await cur.fetchone()
+    return int(row[0]) if row else None
+
+
+async def scopes_of_member(conn: TrioConnection, member_id: str) -> list[ScopeSummary]:
+    with map_errors():
+        cur = await conn.execute(SELECT_MEMBER_SCOPES, (member_id,))
+        rows = await cur.fetchall()
+    return [ScopeSummary(*row) for row in rows]
+
+
+async def current_members(conn: TrioConnection, scope_id: str) -> list[MemberListing]:
+    with map_errors():
+        cur = await conn.execute(SELECT_MEMBERS, (scope_id,))
+        rows = await cur.fetchall()
+    return [MemberListing(member_from_row(row[:7]), row[7], row[8]) for row in rows]
+
+
+async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> ScopeSnapshot:
+    """Everything a scope actor caches, read in one repeatable-read transaction."""
+    with map_errors():
+        async with conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur = await conn.execute(SELECT_SCOPE, (scope_id,))
+            row = await cur.fetchone()
+            if row is None:
+                raise ScopeMissing(scope_id)
+            scope = _scope_from_row(row)
+            cur = await conn.execute(SELECT_MEMBERSHIPS, (scope_id,))
+            membership_rows = await cur.fetchall()
+            cur = await conn.execute(SELECT_NOTIFICATION, (scope_id,))
+            notification = {r[0]: NotificationState(r[1]) for r in await cur.fetchall()}
+            grant_scopes = [scope_id] + ([scope.parent_scope_id] if scope.parent_scope_id else [])
+            cur = await conn.execute(SELECT_GRANTS, (grant_scopes,))
+            grants = tuple(PrivateGrant(*r) for r in await cur.fetchall())
+            cur = await conn.execute(SELECT_RECENT, (scope_id, recent))
+            recent_rows = await cur.fetchall()
+    members: dict[str, Member] = {}
+    memberships = []
+    for r in membership_rows:
+        members[r[0]] = member_from_row(r[6:13])
+        memberships.append(Membership(r[0], r[1], r[2], r[3], r[4], r[5]))
+    messages = []
+    idempotency = {}
+    for r in reversed(recent_rows):
+        author = member_from_row(r[8:15])
+        members.setdefault(author.id, author)
+        messages.append(
+            StoredMessage(
+                id=r[0],
+                scope_id=scope_id,
+                seq=r[1],
+                global_seq=r[2],
+                author=author,
+                message_type=r[3],
+                content=r[4],
+                created_at=r[5],
+                client_message_id=r[6],
+            )
+        )
+        if r[6] is not None:
+            idempotency[(author.id, r[6])] = IdempotencyRecord(r[0], r[1], bytes(r[7]))
+    return ScopeSnapshot(
+        scope=scope,
+        memberships=tuple(memberships),
+        members=members,
+        notification=notification,
+        grants=grants,
+        recent=tuple(messages),
+        idempotency=idempotency,
+    )

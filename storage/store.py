@@ -1,0 +1,60 @@
+"""PostgreSQL implementation of the actor's ScopeStore port, over a Pool."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actors.model import IdempotencyRecord, Member, Membership, NotificationState, ScopeSnapshot
+from actors.planner import MessagePlan
+from actors.ports import CommittedSend
+from actors.scope_state import RECENT_TAIL
+from storage import applier, messages, scopes
+from storage.pg import Pool
+
+
+class PgScopeStore:
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def load_scope(self, scope_id: str) -> ScopeSnapshot:
+        async with self._pool.connection() as conn:
+            return await scopes.load_snapshot(conn, scope_id, recent=RECENT_TAIL)
+
+    async def find_idempotent(
+        self, scope_id: str, author_id: str, client_message_id: str
+    ) -> IdempotencyRecord | None:
+        async with self._pool.connection() as conn:
+            return await messages.find_idempotent(conn, scope_id, author_id, client_message_id)
+
+    async def apply_sends(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
+        async with self._pool.connection() as conn:
+            return await applier.apply_sends(conn, plans)
+
+    async def join(
+        self,
+        scope_id: str,
+        member: Member,
+        *,
+        visibility: str,
+        owner_member_id: str | None,
+        state: NotificationState,
+    ) -> Membership:
+        async with self._pool.connection() as conn:
+            return await scopes.join(
+                conn,
+                scope_id,
+                member,
+                visibility=visibility,
+                owner_member_id=owner_member_id,
+                state=state,
+            )
+
+    async def leave(self, scope_id: str, member_id: str) -> Membership | None:
+        async with self._pool.connection() as conn:
+            return await scopes.leave(conn, scope_id, member_id)
+
+    async def set_notification(
+        self, scope_id: str, member_id: str, state: NotificationState
+    ) -> None:
+        async with self._pool.connection() as conn:
+            await scopes.set_notification(conn, scope_id, member_id, state)

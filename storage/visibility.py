@@ -1,0 +1,86 @@
+"""The one SQL readable predicate (SPEC R-07).
+
+Every read surface (history, resume, read-checks, and later search,
+attachments, sources and thread root context) selects candidate rows aliased
+``m`` from ``scope_messages`` and appends :data:`READABLE_JOIN`, which yields
+``v.reason`` and ``v.grant_id`` per row (NULL reason = not readable). Its
+in-memory twin is ``actors/visibility.py``; a property test proves they agree.
+
+Parameters: ``viewer_id``, ``viewer_public`` (the viewer is not a private agent
+and holds a current membership of the scope), ``owner_id`` (the viewer's owner
+when it is a private agent, else NULL), ``grant_scopes`` (the scope and, for a
+thread, its parent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from actors.model import Member
+
+READABLE_JOIN = """
+CROSS JOIN LATERAL (
+    SELECT
+        CASE
+            WHEN %(viewer_public)s THEN 'member'
+            WHEN NOT pm.covered THEN NULL
+            WHEN m.author_member_id = %(viewer_id)s THEN 'own'
+            WHEN m.author_member_id = %(owner_id)s THEN 'owner'
+            WHEN g.id IS NOT NULL THEN 'grant'
+            WHEN so.same_owner THEN 'same_owner_private'
+        END AS reason,
+        CASE
+            WHEN NOT %(viewer_public)s AND pm.covered
+                 AND m.author_member_id <> %(viewer_id)s
+                 AND m.author_member_id IS DISTINCT FROM %(owner_id)s
+            THEN g.id
+        END AS grant_id
+    FROM (
+        SELECT EXISTS (
+            SELECT 1 FROM scope_memberships vm
+            WHERE vm.scope_id = m.scope_id AND vm.member_id = %(viewer_id)s
+              AND vm.visibility = 'private'
+              AND vm.effective_from_seq <= m.seq
+              AND (vm.effective_to_seq IS NULL OR m.seq < vm.effective_to_seq)
+        ) AS covered
+    ) pm
+    LEFT JOIN LATERAL (
+        SELECT gr.id FROM scope_private_grants gr
+        WHERE gr.scope_id = ANY(%(grant_scopes)s)
+          AND gr.owner_member_id = %(owner_id)s
+          AND gr.grantee_member_id = m.author_member_id
+          AND gr.created_at <= m.created_at
+          AND (least(gr.revoked_at, gr.expires_at) IS NULL
+               OR m.created_at < least(gr.revoked_at, gr.expires_at))
+        ORDER BY gr.created_at, gr.id
+        LIMIT 1
+    ) g ON true
+    CROSS JOIN LATERAL (
+        SELECT EXISTS (
+            SELECT 1 FROM members am
+            JOIN scope_memberships amm
+              ON amm.member_id = am.id AND amm.scope_id = m.scope_id
+             AND amm.visibility = 'private'
+             AND amm.effective_from_seq <= m.seq
+             AND (amm.effective_to_seq IS NULL OR m.seq < amm.effective_to_seq)
+            WHERE am.id = m.author_member_id AND am.is_private AND am.type = 'agent'
+              AND am.owner_member_id = %(owner_id)s
+        ) AS same_owner
+    ) so
+) v
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    member: Member
+    public_reader: bool
+    grant_scopes: tuple[str, ...]
+
+    def params(self) -> dict[str, object]:
+        return {
+            "viewer_id": self.member.id,
+            "viewer_public": self.public_reader,
+            "owner_id": self.member.owner_member_id if self.member.is_private_agent else None,
+            "grant_scopes": list(self.grant_scopes),
+        }
