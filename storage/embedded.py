@@ -170,6 +170,7 @@ class EmbeddedPostgres:
         self._user: _ServerUser | None = None
         self._dsn: str | None = None
         self._started_here = False
+        self._postmaster_pid: int | None = None
 
     @property
     def dsn(self) -> str:
@@ -217,17 +218,27 @@ class EmbeddedPostgres:
             else:
                 self._start_server(layout)
                 self._started_here = True
+                self._postmaster_pid = self._running_postmaster(layout)
             _ensure_database(_dsn(layout, SUPERUSER), self._database)
         self._dsn = _dsn(layout, self._database)
         return self._dsn
 
     def stop(self) -> None:
-        """Stop the server (fast shutdown) if this object started it."""
+        """Stop the server (fast shutdown) if this object started it.
+
+        A server that died and was restarted by someone else since is not
+        ours any more and is left alone.
+        """
         if not self._started_here:
             self._dsn = None
             return
         layout = self._require_layout()
         with _exclusive_lock(self._data_dir / LOCK_FILE):
+            if self._running_postmaster(layout) != self._postmaster_pid:
+                self._log.warning("embedded_pg.not_stopped", reason="server is not ours any more")
+                self._started_here = False
+                self._dsn = None
+                return
             result = self._pg_ctl("-D", layout.cluster_dir, "-m", "fast", "-w", "stop")
             if result.returncode != 0 and self._running_postmaster(layout) is not None:
                 raise EmbeddedPostgresError(
@@ -382,6 +393,11 @@ class EmbeddedPostgres:
             time.sleep(0.1)
         self._log.warning("embedded_pg.stale_pid_file_removed", cluster_dir=layout.cluster_dir)
         pid_file.unlink(missing_ok=True)
+        # The socket's lock file names the dead postmaster too; postgres
+        # would trust it while that pid lingers as an unreaped zombie.
+        socket_lock = Path(layout.socket_dir) / f".s.PGSQL.{layout.port}.lock"
+        if (pid := _pid_from_file(socket_lock)) is not None and not _pid_alive(pid):
+            socket_lock.unlink(missing_ok=True)
 
     def _wait_until_answering(self, layout: _Layout) -> None:
         """Wait for a server another process started (maybe still starting)."""

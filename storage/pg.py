@@ -552,7 +552,12 @@ def _looks_healthy(conn: TrioConnection) -> bool:
     if conn.closed or pgconn.status != _CONN_OK or pgconn.transaction_status != _IDLE:
         return False
     try:
-        if _ready_now(pgconn.socket, Wait.R):
+        # A terminated backend first sends its FATAL message, then EOF: keep
+        # reading while there is something to read (bounded: a live server
+        # does not talk to an idle client for long).
+        for _ in range(8):
+            if not _ready_now(pgconn.socket, Wait.R):
+                break
             pgconn.consume_input()
     except (psycopg.Error, OSError):
         return False

@@ -1,0 +1,71 @@
+"""Shared pytest fixtures.
+
+PostgreSQL: one real server per test session (``pg_server_dsn``), either the
+one named by ``SCOPENODE_TEST_DATABASE_URL`` or an embedded cluster started in
+a temporary directory; every test that needs a database gets a fresh, empty
+one (``empty_database_url``), dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from storage.embedded import EmbeddedPostgres
+from storage.pg import dsn_for_database
+
+TEST_DATABASE_URL_ENV = "SCOPENODE_TEST_DATABASE_URL"
+
+# Only for the throwaway test cluster: skipping fsync survives a killed
+# server process (just not an OS crash) and makes CREATE DATABASE cheap.
+_TEST_SERVER_SETTINGS = {"fsync": "off"}
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A DSN to a maintenance database (``postgres``) on a real server."""
+    if url := os.environ.get(TEST_DATABASE_URL_ENV):
+        yield url
+        return
+    server = EmbeddedPostgres(
+        tmp_path_factory.mktemp("embedded-pg"),
+        database="postgres",
+        server_settings=_TEST_SERVER_SETTINGS,
+    )
+    dsn = server.start()
+    try:
+        yield dsn
+    finally:
+        server.stop()
+        remove_cluster_outside(server, tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture
+def empty_database_url(pg_server_dsn: str) -> Iterator[str]:
+    """A DSN to a new, empty database with a unique name; dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex}"
+    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield dsn_for_database(pg_server_dsn, name)
+    finally:
+        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def remove_cluster_outside(server: EmbeddedPostgres, keep_under: Path) -> None:
+    """Delete a stopped embedded cluster's files that live outside
+    ``keep_under`` (the private cluster dir or /tmp socket dir used when the
+    data dir is unreachable or too deep); files inside it are pytest's."""
+    for path in (server.cluster_dir, server.socket_dir):
+        if not path.resolve().is_relative_to(keep_under.resolve()):
+            shutil.rmtree(path, ignore_errors=True)
