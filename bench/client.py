@@ -1,0 +1,179 @@
+"""A minimal protocol-v1 session for load generation (trio-websocket).
+
+Deliberately independent of the node's own client library so the bench can
+drive any conformant node. One receive task per session routes ``reply`` and
+``error`` frames to the waiting request by ``id`` and hands every other event
+to ``on_event`` (which must not block).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+import trio
+from trio_websocket import ConnectionClosed, open_websocket_url
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+EventHandler = Callable[[dict[str, Any]], None]
+
+
+class RequestError(Exception):
+    """The node answered a request with an ``error`` frame."""
+
+    def __init__(self, frame: dict[str, Any]) -> None:
+        self.code = str(frame.get("code"))
+        self.retryable = bool(frame.get("retryable"))
+        self.frame = frame
+        super().__init__(f"{self.code}: {frame.get('message')}")
+
+
+class SessionClosed(Exception):
+    """The WebSocket closed; ``code`` is the close code when known."""
+
+    def __init__(self, code: int | None, reason: str | None = None) -> None:
+        self.code = code
+        super().__init__(f"session closed ({code}: {reason})")
+
+
+def ws_url(base: str, workspace_id: str) -> str:
+    """``ws://HOST:PORT`` + the protocol's endpoint for ``workspace_id``."""
+    return f"{base.rstrip('/')}/v1/ws?workspace={workspace_id}"
+
+
+class Session:
+    """An authenticated session; use :func:`open_session`."""
+
+    def __init__(self, ws: Any, on_event: EventHandler | None) -> None:
+        self._ws = ws
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, list[Any]] = {}
+        self._on_event = on_event
+        self.welcome: dict[str, Any] = {}
+        self.closed: SessionClosed | None = None
+
+    @property
+    def member_id(self) -> str:
+        return str(self.welcome.get("member", {}).get("id", ""))
+
+    async def send_raw(self, frame: dict[str, Any]) -> None:
+        await self._ws.send_message(_encode(frame).decode())
+
+    async def request(self, op: str, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
+        """Send ``{"type": op, "id": …, **fields}``; return ``reply.result``.
+
+        Raises RequestError for an ``error`` reply, SessionClosed when the
+        session ends first, trio.TooSlowError after ``timeout`` seconds.
+        """
+        rid = next(self._ids)
+        done = trio.Event()
+        slot: list[Any] = [done]
+        self._waiting[rid] = slot
+        try:
+            with trio.fail_after(timeout):
+                await self.send_raw({"type": op, "id": rid, **fields})
+                await done.wait()
+        finally:
+            self._waiting.pop(rid, None)
+        frame: dict[str, Any] = slot[1]
+        if frame.get("type") == "__closed__":
+            raise self.closed or SessionClosed(None)
+        if frame.get("type") == "error":
+            raise RequestError(frame)
+        result: dict[str, Any] = frame.get("result") or {}
+        return result
+
+    def _dispatch(self, frame: dict[str, Any]) -> None:
+        kind = frame.get("type")
+        if kind in ("reply", "error"):
+            slot = self._waiting.get(frame.get("id"))  # type: ignore[arg-type]
+            if slot is not None and len(slot) == 1:
+                slot.append(frame)
+                slot[0].set()
+                return
+        if self._on_event is not None:
+            self._on_event(frame)
+
+    async def _receive_loop(self) -> None:
+        try:
+            while True:
+                text = _text(await self._ws.get_message())
+                for line in text.split("\n"):
+                    if line:
+                        self._dispatch(_decode(line))
+        except ConnectionClosed as e:
+            reason = getattr(e, "reason", None)
+            self.closed = SessionClosed(
+                getattr(reason, "code", None), getattr(reason, "reason", None)
+            )
+        finally:
+            for slot in list(self._waiting.values()):
+                if len(slot) == 1:
+                    slot.append({"type": "__closed__"})
+                    slot[0].set()
+
+    async def aclose(self) -> None:
+        await self._ws.aclose()
+
+
+@asynccontextmanager
+async def open_session(
+    url: str,
+    token: str,
+    *,
+    kind: str = "daemon",
+    capabilities: list[str] | None = None,
+    resume: dict[str, int] | None = None,
+    on_event: EventHandler | None = None,
+    connect_timeout: float = 30.0,
+) -> AsyncIterator[Session]:
+    """Connect, send ``hello``, wait for ``welcome``; yields a Session.
+
+    ``url`` is the full endpoint (see :func:`ws_url`). Events that arrive
+    after ``welcome`` (``resumed``, ``message``, …) go to ``on_event``.
+    """
+    async with open_websocket_url(url, connect_timeout=connect_timeout) as ws:
+        session = Session(ws, on_event)
+        hello: dict[str, Any] = {
+            "type": "hello",
+            "token": token,
+            "client": {"kind": kind, "name": "scopenode-bench", "version": "1"},
+        }
+        if capabilities:
+            hello["capabilities"] = capabilities
+        if resume is not None:
+            hello["resume"] = resume
+        with trio.fail_after(connect_timeout):
+            await session.send_raw(hello)
+            try:
+                text = _text(await ws.get_message())
+            except ConnectionClosed as e:
+                reason = getattr(e, "reason", None)
+                raise SessionClosed(getattr(reason, "code", None)) from e
+            lines = [line for line in text.split("\n") if line]
+            session.welcome = _decode(lines[0])
+            if session.welcome.get("type") != "welcome":
+                raise SessionClosed(None, f"expected welcome, got {lines[0][:200]}")
+        async with trio.open_nursery() as nursery:
+            for line in lines[1:]:
+                session._dispatch(_decode(line))
+            nursery.start_soon(session._receive_loop)
+            try:
+                yield session
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+def _text(message: str | bytes) -> str:
+    return message.decode() if isinstance(message, bytes) else message
+
+
+def now_ns() -> int:
+    """Send timestamps (CLOCK_MONOTONIC, shared with reader processes)."""
+    return time.monotonic_ns()

@@ -1,0 +1,1 @@
+"""Workloads that drive a node over real WebSockets, one module each."""

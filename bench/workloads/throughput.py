@@ -1,0 +1,101 @@
+"""throughput: S concurrent senders over R scopes for T seconds.
+
+Sender ``i`` writes to scope ``i % R`` as a browser session (no freshness),
+sequentially: the next send leaves when the previous reply arrived. Sessions
+are spread over a few human members (provisioning is slow through the CLI);
+each sender is its own WebSocket session.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import trio
+
+from bench.client import RequestError, Session
+from bench.stats import Latency
+from bench.workloads.common import Env, WorkloadResult, create_channel, open_sessions
+
+CONTENT_PAD = "x" * 120
+
+
+async def run(
+    env: Env, *, senders: int, scopes: int, duration_s: float, max_sends: int
+) -> WorkloadResult:
+    ws = await env.workspace("bench-throughput")
+    members = await env.members(ws, "human", "bench-tp-human", min(senders, env.members_cap))
+    tokens = [members[i % len(members)].token for i in range(senders)]
+    lat = Latency("throughput_send")
+    states: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    counts = [0] * senders
+    cpu = env.cpu_window()
+    env.progress.phase("sessions", senders)
+    async with open_sessions(env.url(ws), tokens, kind="browser", progress=env.progress) as sess:
+        env.progress.close()
+        scope_ids = [
+            await create_channel(sess[0], f"bench-tp-{env.seed}-{j}") for j in range(scopes)
+        ]
+        joined: set[tuple[str, str]] = set()
+        for i, s in enumerate(sess):
+            key = (s.member_id, scope_ids[i % scopes])
+            if key not in joined:
+                await s.request("join", scopeId=key[1])
+                joined.add(key)
+        per_sender = max(1, max_sends // senders)
+        env.progress.phase("throughput", per_sender * senders)
+        cpu.start()
+        t0 = time.monotonic()
+        deadline = t0 + duration_s
+
+        async def sender(i: int, s: Session) -> None:
+            target = f"scope:{scope_ids[i % scopes]}"
+            for k in range(per_sender):
+                start = time.perf_counter_ns()
+                try:
+                    result = await s.request(
+                        "send",
+                        target=target,
+                        content=f"tp {i} {k} {CONTENT_PAD}",
+                        clientMessageId=f"tp-{env.seed}-{i}-{k}",
+                    )
+                except RequestError as e:
+                    errors[e.code] += 1
+                    if not e.retryable:
+                        return
+                    continue
+                lat.record_ns(time.perf_counter_ns() - start)
+                states[str(result.get("state"))] += 1
+                counts[i] += 1
+                if time.monotonic() > deadline:
+                    return
+
+        async with trio.open_nursery() as outer:
+            outer.start_soon(_show, env, counts)
+            with trio.move_on_after(duration_s + env.timeout_s):
+                async with trio.open_nursery() as nursery:
+                    for i, s in enumerate(sess):
+                        nursery.start_soon(sender, i, s)
+            elapsed = time.monotonic() - t0
+            outer.cancel_scope.cancel()
+        cpu.stop()
+    env.progress.close()
+    total = sum(counts)
+    results = {
+        "senders": senders,
+        "scopes": scopes,
+        "sends": total,
+        "elapsed_s": round(elapsed, 3),
+        "sends_per_s": round(total / elapsed, 1) if elapsed else 0.0,
+        "states": dict(states),
+        "errors": dict(errors),
+        "latency": lat.summary(),
+    }
+    return WorkloadResult(results, cpu, [lat])
+
+
+async def _show(env: Env, counts: list[int]) -> None:
+    while True:
+        env.progress.update(sum(counts))
+        await trio.sleep(0.1)
