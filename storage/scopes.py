@@ -362,3 +362,27 @@ async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> 
         recent=tuple(messages),
         idempotency=idempotency,
     )
+
+
+SELECT_RIGHTS = """
+SELECT
+    bool_or(effective_to_seq IS NULL AND visibility = 'public'),
+    bool_or(effective_to_seq IS NULL AND visibility = 'private'),
+    count(*) > 0
+FROM scope_memberships WHERE scope_id = %s AND member_id = %s
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRights:
+    current_public: bool
+    current_private: bool
+    any_membership: bool
+
+
+async def read_rights(conn: TrioConnection, scope_id: str, member_id: str) -> ReadRights:
+    with map_errors():
+        cur = await conn.execute(SELECT_RIGHTS, (scope_id, member_id))
+        row = await cur.fetchone()
+    assert row is not None
+    return ReadRights(bool(row[0]), bool(row[1]), bool(row[2]))

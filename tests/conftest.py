@@ -69,3 +69,40 @@ def remove_cluster_outside(server: EmbeddedPostgres, keep_under: Path) -> None:
     for path in (server.cluster_dir, server.socket_dir):
         if not path.resolve().is_relative_to(keep_under.resolve()):
             shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- schema and nodes
+
+_TEMPLATE = "scopenode_template"
+
+
+@pytest.fixture(scope="session")
+def schema_template(pg_server_dsn: str) -> str:
+    """A database with the schema applied, used as a template for per-test databases."""
+    from storage import schema
+
+    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(_TEMPLATE)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(_TEMPLATE)))
+    with psycopg.connect(dsn_for_database(pg_server_dsn, _TEMPLATE)) as conn:
+        schema.migrate(conn)
+    return _TEMPLATE
+
+
+@pytest.fixture
+def database_url(pg_server_dsn: str, schema_template: str) -> Iterator[str]:
+    """A fresh database that already has the schema; dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex}"
+    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(schema_template)
+            )
+        )
+    try:
+        yield dsn_for_database(pg_server_dsn, name)
+    finally:
+        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )

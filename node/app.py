@@ -1,0 +1,171 @@
+"""Wiring: database, pool, actors, hub, listener; graceful drain on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+
+import structlog
+import trio
+
+from actors.model import MemberType
+from node.config import Settings
+from node.database import autocommit, open_database
+from node.hub import Hub
+from node.metrics import Metrics
+from node.registry import ActorRegistry
+from node.resolver import Resolver
+from node.server import handle_connection
+from node.services import Services
+from protocol.errors import CloseCode
+from storage import directory, outbox, scopes
+from storage.pg import Pool, open_pool
+from storage.store import PgScopeStore
+
+log = structlog.get_logger(__name__)
+MARK_INTERVAL = 0.05
+DRAIN_TIMEOUT = 10.0
+
+
+class DeliveredMarker:
+    """Marks inline-delivered outbox rows in batches, off the send path."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._keys: list[str] = []
+        self._wake = trio.Event()
+
+    def add(self, keys: Sequence[str]) -> None:
+        self._keys.extend(keys)
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await trio.sleep(MARK_INTERVAL)
+            await self.flush()
+
+    async def flush(self) -> None:
+        keys, self._keys = self._keys, []
+        if not keys:
+            return
+        try:
+            async with self._pool.connection() as conn:
+                await outbox.mark_delivered(conn, keys)
+        except Exception as exc:
+            # The rows stay pending; the outbox worker replays them.
+            log.warning("outbox_mark_failed", count=len(keys), error=repr(exc))
+
+
+async def serve_node(
+    settings: Settings, *, task_status: trio.TaskStatus[Services] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run a node until cancelled or drained; reports its Services when it accepts sessions."""
+    node_id = settings.node_id or f"node-{socket.gethostname()}-{os.getpid()}"
+    async with (
+        open_database(settings.data_dir, settings.database_url) as dsn,
+        open_pool(dsn, size=settings.pool_size, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        marker = DeliveredMarker(pool)
+        metrics = Metrics()
+        hub = Hub(marker.add)
+        registry = ActorRegistry(
+            nursery,
+            PgScopeStore(pool),
+            hub,
+            idle_timeout=settings.actor_idle_timeout,
+            on_send=metrics.on_send,
+        )
+        services = Services(
+            settings=settings,
+            node_id=node_id,
+            pool=pool,
+            registry=registry,
+            hub=hub,
+            metrics=metrics,
+            resolver=Resolver(pool),
+        )
+        metrics.gauges["sessions"] = lambda: float(len(services.sessions))
+        metrics.gauges["actors"] = lambda: float(len(registry))
+        nursery.start_soon(marker.run)
+        listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
+        nursery.start_soon(
+            partial(trio.serve_listeners, partial(handle_connection, services), listeners)
+        )
+        services.port = listeners[0].socket.getsockname()[1]
+        await first_run(services, settings.data_dir)
+        services.ready = True
+        port = services.port
+        log.info("node_ready", node_id=node_id, url=f"ws://{settings.host}:{port}/v1/ws")
+        task_status.started(services)
+        await _wait_for_signal()
+        await drain(services, listeners)
+        await marker.flush()
+        nursery.cancel_scope.cancel()
+
+
+async def _wait_for_signal() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("node_draining", signal=signal.Signals(signum).name)
+            return
+
+
+async def drain(services: Services, listeners: Sequence[trio.SocketListener]) -> None:
+    """Stop accepting, close sessions with 4503, let actors finish what they hold."""
+    services.draining = True
+    services.registry.draining = True
+    for listener in listeners:
+        await listener.aclose()
+    for session in list(services.sessions):
+        session.close(CloseCode.DRAINING, "node draining; reconnect")
+    with trio.move_on_after(DRAIN_TIMEOUT):
+        while services.sessions:  # noqa: ASYNC110 - sessions end on their own schedule
+            await trio.sleep(0.05)
+
+
+async def first_run(services: Services, data_dir: Path) -> None:
+    """On an empty database: a demo workspace, one human, #general, a token to print."""
+    token_file = data_dir / "demo-token"
+    async with services.pool.connection() as conn:
+        if await directory.first_human(conn) is not None:
+            if token_file.exists():
+                _announce(services, token_file.read_text().strip())
+            return
+        workspace_id = await directory.create_workspace(conn, "demo")
+        human = await directory.create_member(
+            conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle="demo"
+        )
+        await scopes.create_channel(
+            conn,
+            creator=human,
+            slug="general",
+            name="General",
+            visibility="public",
+            description="Everyone",
+        )
+        token = await directory.issue_token(conn, human.id)
+    await trio.to_thread.run_sync(_write_secret, token_file, token)
+    _announce(services, token)
+
+
+def _write_secret(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    path.chmod(0o600)
+
+
+def _announce(services: Services, token: str) -> None:
+    settings = services.settings
+    print(
+        f"scopenode ready: ws://{settings.host}:{services.port}/v1/ws  "
+        f"web client: http://{settings.host}:{services.port}/\n"
+        f"demo token: {token}",
+        flush=True,
+    )

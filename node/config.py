@@ -1,0 +1,30 @@
+"""Node settings (CLI flags and environment)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    data_dir: Path = Path(".scopenode")
+    database_url: str | None = None
+    node_id: str = ""
+    log_level: str = "info"
+    max_frame_bytes: int = 256 * 1024
+    heartbeat_ms: int = 20_000
+    hello_timeout: float = 10.0
+    outbound_cap_bytes: int = 4 * 1024 * 1024
+    slow_consumer_grace: float = 5.0
+    pool_size: int = 16
+    actor_idle_timeout: float = 120.0
+    max_inflight_requests: int = 64
+    moderation_keywords: tuple[str, ...] = field(default_factory=tuple)
+
+    @staticmethod
+    def database_url_from_env() -> str | None:
+        return os.environ.get("DATABASE_URL") or None

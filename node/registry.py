@@ -1,0 +1,115 @@
+"""Scope actors on this node: created on demand, passivated when idle."""
+
+from __future__ import annotations
+
+import structlog
+import trio
+
+from actors.ports import Publisher, ScopeMissing, ScopeStore
+from actors.scope_actor import Command, ScopeActor, SendObserver
+from protocol.errors import ErrorCode, OperationError
+
+log = structlog.get_logger(__name__)
+
+
+class ActorRegistry:
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        store: ScopeStore,
+        publisher: Publisher,
+        *,
+        idle_timeout: float = 120.0,
+        mailbox_size: int = 1024,
+        on_send: SendObserver | None = None,
+    ) -> None:
+        self._nursery = nursery
+        self._store = store
+        self._publisher = publisher
+        self._idle_timeout = idle_timeout
+        self._mailbox_size = mailbox_size
+        self._on_send = on_send
+        self._actors: dict[str, ScopeActor] = {}
+        self._starting: dict[str, trio.Event] = {}
+        self.draining = False
+
+    def __len__(self) -> int:
+        return len(self._actors)
+
+    def actor_nowait(self, scope_id: str) -> ScopeActor | None:
+        actor = self._actors.get(scope_id)
+        return actor if actor is not None and actor.accepting else None
+
+    async def actor(self, scope_id: str) -> ScopeActor:
+        """The running actor of ``scope_id``, starting (and loading) it if needed."""
+        while True:
+            actor = self.actor_nowait(scope_id)
+            if actor is not None:
+                return actor
+            if self.draining:
+                raise OperationError(ErrorCode.UNAVAILABLE, "node is draining; reconnect")
+            starting = self._starting.get(scope_id)
+            if starting is not None:
+                await starting.wait()
+                continue
+            return await self._start(scope_id)
+
+    async def _start(self, scope_id: str) -> ScopeActor:
+        event = self._starting[scope_id] = trio.Event()
+        actor = ScopeActor(
+            scope_id,
+            self._store,
+            self._publisher,
+            mailbox_size=self._mailbox_size,
+            idle_timeout=self._idle_timeout,
+            on_send=self._on_send,
+        )
+        try:
+            await self._nursery.start(self._run, actor)
+            self._actors[scope_id] = actor
+        except ScopeMissing:
+            raise OperationError(ErrorCode.NOT_FOUND, "no such scope") from None
+        except OperationError:
+            raise
+        except Exception as exc:
+            log.warning("actor_start_failed", scope_id=scope_id, error=repr(exc))
+            raise OperationError(ErrorCode.UNAVAILABLE, "scope could not be loaded; retry") from exc
+        finally:
+            del self._starting[scope_id]
+            event.set()
+        return actor
+
+    async def _run(
+        self, actor: ScopeActor, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        started = False
+
+        class _Status:
+            def started(self, value: None = None) -> None:
+                nonlocal started
+                started = True
+                task_status.started()
+
+        try:
+            await actor.run(task_status=_Status())
+        except Exception as exc:
+            if not started:
+                raise
+            # A crashed actor must not take the node down: the next command reloads.
+            log.error("actor_crashed", scope_id=actor.scope_id, error=repr(exc))
+        finally:
+            if self._actors.get(actor.scope_id) is actor:
+                del self._actors[actor.scope_id]
+
+    async def submit(self, scope_id: str, cmd: Command) -> None:
+        actor = self.actor_nowait(scope_id) or await self.actor(scope_id)
+        actor.submit_nowait(cmd)
+
+    def invalidate(self, scope_id: str) -> None:
+        """Stop accepting on the actor so the next command reloads fresh state."""
+        actor = self._actors.pop(scope_id, None)
+        if actor is not None:
+            actor.accepting = False
+
+    def statistics(self) -> dict[str, int]:
+        return {"actors": len(self._actors)}

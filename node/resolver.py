@@ -1,0 +1,87 @@
+"""Targets (PROTOCOL.md "Targets") → scope ids, with a per-node cache.
+
+Slugs, DM identities and scope workspaces never change, so the cache needs
+no invalidation.
+"""
+
+from __future__ import annotations
+
+import re
+
+from actors.model import Member, ScopeInfo
+from protocol.errors import ErrorCode, OperationError
+from storage import directory, scopes
+from storage.pg import Pool
+
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
+_CACHE_LIMIT = 100_000
+
+
+class Resolver:
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._cache: dict[tuple[str, str], str] = {}
+        self._workspace_of: dict[str, str] = {}
+
+    def cached(self, member: Member, target: str) -> str | None:
+        return (
+            self._cache.get((member.workspace_id, target))
+            if not target.startswith("dm:")
+            else (self._cache.get((member.id, target)))
+        )
+
+    async def resolve(self, member: Member, target: str) -> str:
+        """The scope id a target names, in the member's workspace."""
+        key = (member.id if target.startswith("dm:") else member.workspace_id, target)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        scope_id = await self._lookup(member, target)
+        if len(self._cache) < _CACHE_LIMIT:
+            self._cache[key] = scope_id
+        return scope_id
+
+    async def scope(self, member: Member, scope_id: str) -> ScopeInfo:
+        """A scope of the member's workspace (``not_found`` otherwise)."""
+        async with self._pool.connection() as conn:
+            info = await scopes.get_scope(conn, scope_id)
+        if info is None or info.workspace_id != member.workspace_id:
+            raise OperationError(ErrorCode.NOT_FOUND, "no such scope")
+        return info
+
+    async def workspace_of(self, member: Member, scope_id: str) -> None:
+        """Check a bare scope id belongs to the member's workspace (cached)."""
+        workspace = self._workspace_of.get(scope_id)
+        if workspace is None:
+            workspace = (await self.scope(member, scope_id)).workspace_id
+            self._workspace_of[scope_id] = workspace
+        if workspace != member.workspace_id:
+            raise OperationError(ErrorCode.NOT_FOUND, "no such scope")
+
+    async def _lookup(self, member: Member, target: str) -> str:
+        kind, _, rest = target.partition(":")
+        if target.startswith("#"):
+            slug, _, root = target[1:].partition(":")
+            if not _SLUG.match(slug):
+                raise OperationError(ErrorCode.INVALID_TARGET, f"bad channel slug in {target!r}")
+            if root:
+                raise OperationError(
+                    ErrorCode.INVALID_TARGET, "reply-thread targets are not supported yet"
+                )
+            async with self._pool.connection() as conn:
+                scope_id = await scopes.channel_by_slug(conn, member.workspace_id, slug)
+            if scope_id is None:
+                raise OperationError(ErrorCode.NOT_FOUND, f"no channel #{slug}")
+            return scope_id
+        if kind in ("scope", "task") and rest:
+            info = await self.scope(member, rest)
+            if kind == "task" and info.type.value != "task":
+                raise OperationError(ErrorCode.INVALID_TARGET, "not a task scope")
+            return info.id
+        if kind == "dm" and rest:
+            async with self._pool.connection() as conn:
+                other = await directory.get_member(conn, rest)
+                if other is None or other.workspace_id != member.workspace_id:
+                    raise OperationError(ErrorCode.NOT_FOUND, "no such member")
+                return await scopes.get_or_create_dm(conn, member, other)
+        raise OperationError(ErrorCode.INVALID_TARGET, f"unrecognised target {target!r}")

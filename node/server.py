@@ -1,0 +1,118 @@
+"""The listener: HTTP requests and WebSocket upgrades on one port.
+
+h11 reads the request head; ``/v1/ws`` upgrades hand the connection to
+wsproto (``initiate_upgrade_connection``) and a :class:`Session`; everything
+else is answered by :mod:`node.http` and closed.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import h11
+import structlog
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, RejectConnection, Request
+
+from actors.ids import new_id
+from node.http import respond
+from node.services import Services
+from node.session import Session
+
+log = structlog.get_logger(__name__)
+HEAD_TIMEOUT = 10.0
+MAX_HEAD = 16 * 1024
+
+
+async def handle_connection(services: Services, stream: trio.SocketStream) -> None:
+    """Serve one TCP connection; never lets an exception escape to the listener."""
+    try:
+        await _handle(services, stream)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+        pass
+    except Exception as exc:
+        log.exception("connection_failed", error=repr(exc))
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            await stream.aclose()
+
+
+async def _handle(services: Services, stream: trio.SocketStream) -> None:
+    http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+    request = None
+    with trio.move_on_after(HEAD_TIMEOUT):
+        while request is None:
+            event = http.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(65536)
+                http.receive_data(data)
+                if not data:
+                    return
+            elif isinstance(event, h11.Request):
+                request = event
+            else:
+                return
+    if request is None:
+        return
+    headers = {k.lower(): v for k, v in request.headers}
+    target = urlsplit(request.target.decode("latin-1"))
+    if target.path == "/v1/ws" and b"websocket" in headers.get(b"upgrade", b"").lower():
+        if services.draining or not services.ready:
+            await _plain(stream, 503, "text/plain", b"draining\n")
+            return
+        http.next_event()  # PAUSED: the rest of the bytes belong to WebSocket
+        trailing = http.trailing_data[0]
+        workspace = parse_qs(target.query).get("workspace", [None])[0]
+        await _websocket(services, stream, request, trailing, workspace)
+        return
+    status, content_type, body = respond(services, request)
+    await _plain(stream, status, content_type, body, head_only=request.method == b"HEAD")
+
+
+async def _plain(
+    stream: trio.SocketStream,
+    status: int,
+    content_type: str,
+    body: bytes,
+    *,
+    head_only: bool = False,
+) -> None:
+    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+    head = (
+        f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\n"
+        f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\nCache-Control: no-store\r\n\r\n"
+    ).encode()
+    await stream.send_all(head if head_only else head + body)
+
+
+async def _websocket(
+    services: Services,
+    stream: trio.SocketStream,
+    request: h11.Request,
+    trailing: bytes,
+    workspace: str | None,
+) -> None:
+    ws = WSConnection(ConnectionType.SERVER)
+    ws.initiate_upgrade_connection(list(request.headers), request.target)
+    accepted = False
+    for event in ws.events():
+        if isinstance(event, Request):
+            # permessage-deflate stays off: frames are built once for every reader.
+            await stream.send_all(ws.send(AcceptConnection()))
+            accepted = True
+    if not accepted:
+        await stream.send_all(ws.send(RejectConnection(status_code=400)))
+        return
+    session_id = new_id("ses")
+    services.metrics.sessions_opened += 1
+    session = Session(services, stream, ws, workspace_param=workspace, session_id=session_id)
+    services.sessions.add(session)
+    try:
+        with structlog.contextvars.bound_contextvars(session_id=session_id):
+            if trailing:
+                ws.receive_data(trailing)
+            await session.run()
+    finally:
+        services.sessions.discard(session)

@@ -1,0 +1,29 @@
+"""What every session needs from the node, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from node.config import Settings
+from node.hub import Hub
+from node.metrics import Metrics
+from node.registry import ActorRegistry
+from node.resolver import Resolver
+from storage.pg import Pool
+
+
+@dataclass(slots=True)
+class Services:
+    settings: Settings
+    node_id: str
+    pool: Pool
+    registry: ActorRegistry
+    hub: Hub
+    metrics: Metrics
+    resolver: Resolver
+    accepting: bool = True
+    draining: bool = False
+    ready: bool = False
+    port: int = 0
+    sessions: set[Any] = field(default_factory=set)

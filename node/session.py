@@ -1,0 +1,353 @@
+"""One WebSocket session: hello, request dispatch, events out.
+
+Reads frames in order; a ``send`` is resolved and handed to its scope actor
+inline (so sends from one session reach an actor in the order sent), other
+requests run as tasks, bounded per session. Everything leaves through the
+session's :class:`~node.outbound.Outbound`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+import trio
+from wsproto import WSConnection
+from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+
+from actors.mentions import mode_for_forward
+from actors.model import Member
+from actors.scope_state import SendCommand
+from node import ops
+from node.outbound import Outbound
+from node.services import Services
+from node.views import member_view
+from node.wsframe import OP_PONG, frame
+from protocol.codec import decode_client_frame, encode, encode_error
+from protocol.errors import CloseCode, ErrorCode, FrameError, OperationError
+from protocol.frames import (
+    CAPABILITY_ACK,
+    CAPABILITY_FRESHNESS,
+    Hello,
+    Reply,
+    Send,
+    SendResult,
+    Welcome,
+)
+from protocol.frames import (
+    Ping as PingFrame,
+)
+from protocol.frames import (
+    Pong as PongFrame,
+)
+from storage import directory
+
+log = structlog.get_logger(__name__)
+_SUPPORTED_CAPABILITIES = (CAPABILITY_FRESHNESS, CAPABILITY_ACK)
+
+
+class SessionClosed(Exception):
+    pass
+
+
+class Session:
+    def __init__(
+        self,
+        services: Services,
+        stream: trio.SocketStream,
+        ws: WSConnection,
+        *,
+        workspace_param: str | None,
+        session_id: str,
+    ) -> None:
+        self.services = services
+        self.settings = services.settings
+        self.stream = stream
+        self.ws = ws
+        self.workspace_param = workspace_param
+        self.session_id = session_id
+        self.member: Member | None = None
+        self.member_id = ""
+        self.is_daemon = False
+        self.capabilities: frozenset[str] = frozenset()
+        self.outbound = Outbound(
+            cap_bytes=self.settings.outbound_cap_bytes,
+            grace=self.settings.slow_consumer_grace,
+            on_overflow=self._overflow,
+        )
+        self._last_received = trio.current_time()
+        self._resuming: dict[str, int] | None = None
+        self._held_live: list[tuple[str, int, bytes]] = []
+        self._inflight = trio.Semaphore(self.settings.max_inflight_requests)
+        self._text_parts: list[str] = []
+        self._text_size = 0
+        self._oversized = False
+        self._cancel = trio.CancelScope()
+        self._closed = trio.Event()
+        self._started = trio.current_time()
+        self.close_code: int | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        with self._cancel:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._write)
+                nursery.start_soon(self._watchdog)
+                try:
+                    await self._read_loop()
+                finally:
+                    if self.member is not None:
+                        self.services.hub.discard(self)
+                self.close(CloseCode.NORMAL, "bye")
+                with trio.move_on_after(2):
+                    await self._closed.wait()
+                nursery.cancel_scope.cancel()
+
+    async def _write(self) -> None:
+        try:
+            await self.outbound.serve(self.stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self._closed.set()
+            self._cancel.cancel()
+
+    def close(self, code: int, reason: str, *, discard: bool = False) -> None:
+        if self.close_code is None:
+            self.close_code = code
+            self.services.metrics.sessions_closed[code] += 1
+        try:
+            data = self.ws.send(CloseConnection(code=code, reason=reason))
+        except LocalProtocolError:
+            data = b""
+        self.outbound.close(data, discard=discard)
+
+    def _overflow(self) -> None:
+        log.info("slow_consumer_closed", queued=self.outbound.queued_bytes)
+        self.close(CloseCode.SLOW_CONSUMER, "slow consumer: reconnect and resume", discard=True)
+        self._nursery.start_soon(self._force_close_after, 1.0)
+
+    async def _force_close_after(self, delay: float) -> None:
+        await trio.sleep(delay)
+        self._cancel.cancel()
+
+    async def _watchdog(self) -> None:
+        limit = 3 * self.settings.heartbeat_ms / 1000
+        period = min(1.0, self.settings.slow_consumer_grace / 4)
+        while True:
+            await trio.sleep(period)
+            now = trio.current_time()
+            if self.member is None and now - self._started > self.settings.hello_timeout:
+                self.close(CloseCode.UNAUTHENTICATED, "no hello")
+                return
+            if now - self._last_received > limit:
+                self.close(CloseCode.HEARTBEAT_TIMEOUT, "heartbeat timeout")
+                return
+            if self.outbound.overdue():
+                self._overflow()
+                return
+
+    # ------------------------------------------------------------ inbound
+
+    async def _read_loop(self) -> None:
+        while self.close_code is None:
+            if not await self._handle_events():
+                return
+            try:
+                data = await self.stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            self._last_received = trio.current_time()
+            try:
+                self.ws.receive_data(data)
+            except RemoteProtocolError:
+                self.close(1002, "protocol error")
+                return
+
+    async def _handle_events(self) -> bool:
+        """Handle every parsed WebSocket event; False once the session is closing."""
+        for event in self.ws.events():
+            if isinstance(event, TextMessage):
+                await self._on_text(event.data, event.message_finished)
+            elif isinstance(event, BytesMessage):
+                if event.message_finished:
+                    self._error(None, ErrorCode.BAD_FRAME, "binary frames are not accepted")
+            elif isinstance(event, Ping):
+                self.outbound.push_control(frame(bytes(event.payload), OP_PONG))
+            elif isinstance(event, CloseConnection):
+                if self.close_code is None:
+                    self.close(event.code, "peer closed")
+                return False
+            if self.close_code is not None:
+                return False
+        return True
+
+    async def _on_text(self, part: str, finished: bool) -> None:
+        self._text_size += len(part)
+        if self._text_size > self.settings.max_frame_bytes:
+            self._oversized = True
+            self._text_parts.clear()
+        elif not self._oversized:
+            self._text_parts.append(part)
+        if not finished:
+            return
+        text = "".join(self._text_parts)
+        oversized = self._oversized or len(text.encode()) > self.settings.max_frame_bytes
+        self._text_parts, self._text_size, self._oversized = [], 0, False
+        self.services.metrics.frames_in += 1
+        if oversized:
+            self._error(None, ErrorCode.PAYLOAD_TOO_LARGE, "frame exceeds the node's size limit")
+            return
+        try:
+            request = decode_client_frame(text)
+        except FrameError as exc:
+            if self.member is None:
+                self.close(CloseCode.UNAUTHENTICATED, "first frame must be hello")
+                return
+            self._error(exc.request_id, exc.code, exc.message, exc.details)
+            return
+        if self.member is None:
+            if not isinstance(request, Hello):
+                self.close(CloseCode.UNAUTHENTICATED, "first frame must be hello")
+                return
+            await self._hello(request)
+            return
+        await self._dispatch(request)
+
+    async def _dispatch(self, request: Any) -> None:
+        if isinstance(request, PingFrame):
+            self.push(encode(PongFrame(id=request.id)))
+        elif isinstance(request, PongFrame):
+            pass
+        elif isinstance(request, Hello):
+            self._error(None, ErrorCode.VALIDATION_FAILED, "hello was already received")
+        elif isinstance(request, Send):
+            await self._send(request)
+        else:
+            await self._inflight.acquire()
+            self._nursery.start_soon(self._request, request)
+
+    async def _request(self, request: Any) -> None:
+        try:
+            result = await ops.handle(self, request)
+        except OperationError as exc:
+            self._error(request.id, exc.code, exc.message, exc.details)
+        except Exception as exc:
+            log.exception("request_failed", op=request.__struct_config__.tag, error=repr(exc))
+            self._error(request.id, ErrorCode.INTERNAL, "internal error")
+        else:
+            self.reply(request.id, str(request.__struct_config__.tag), result)
+        finally:
+            self._inflight.release()
+
+    # ------------------------------------------------------------ hello
+
+    async def _hello(self, hello: Hello) -> None:
+        async with self.services.pool.connection() as conn:
+            member = await directory.authenticate(conn, hello.token)
+        if member is None:
+            self.close(CloseCode.UNAUTHENTICATED, "bad token")
+            return
+        if self.workspace_param and self.workspace_param != member.workspace_id:
+            self.close(CloseCode.FORBIDDEN_WORKSPACE, "token not valid for this workspace")
+            return
+        self.member = member
+        self.member_id = member.id
+        self.is_daemon = hello.client.kind == "daemon"
+        self.capabilities = frozenset(hello.capabilities) & set(_SUPPORTED_CAPABILITIES)
+        structlog.contextvars.bind_contextvars(member_id=member.id)
+        self._resuming = dict(hello.resume) if hello.resume else None
+        self.services.hub.add(self)
+        self.push(
+            encode(
+                Welcome(
+                    protocol=1,
+                    session_id=self.session_id,
+                    node_id=self.services.node_id,
+                    workspace_id=member.workspace_id,
+                    member=member_view(member),
+                    heartbeat_ms=self.settings.heartbeat_ms,
+                    capabilities=sorted(self.capabilities),
+                )
+            )
+        )
+        if self._resuming is not None:
+            await self._inflight.acquire()
+            self._nursery.start_soon(self._resume, self._resuming)
+
+    async def _resume(self, resume: dict[str, int]) -> None:
+        try:
+            sent = await ops.resume(self, resume)
+        except Exception as exc:
+            log.warning("resume_failed", error=repr(exc))
+            sent = {}
+        finally:
+            self._inflight.release()
+        held, self._held_live = self._held_live, []
+        self._resuming = None
+        for scope_id, seq, payload in held:
+            if seq > sent.get(scope_id, -1):
+                self.push(payload)
+
+    # ------------------------------------------------------------ sends
+
+    async def _send(self, request: Send) -> None:
+        member = self.member
+        assert member is not None
+        try:
+            scope_id = self.services.resolver.cached(member, request.target)
+            if scope_id is None:
+                scope_id = await self.services.resolver.resolve(member, request.target)
+            mode = mode_for_forward(request.forward.mode if request.forward else None)
+            cmd = SendCommand(
+                author=member,
+                content=request.content,
+                client_message_id=request.client_message_id,
+                reply=lambda result: self._send_reply(request.id, result),
+                message_type=request.message_type,
+                attachment_ids=tuple(request.attachment_ids),
+                recipients=tuple(request.recipients),
+                mention_mode=mode,
+                forward=request.forward,
+                freshness=request.freshness,
+                freshness_declared=CAPABILITY_FRESHNESS in self.capabilities,
+                explain=request.explain,
+            )
+            await self.services.registry.submit(scope_id, cmd)
+        except OperationError as exc:
+            self._error(request.id, exc.code, exc.message, exc.details)
+
+    def _send_reply(self, request_id: int | str, result: SendResult | OperationError) -> None:
+        if isinstance(result, OperationError):
+            self._error(request_id, result.code, result.message, result.details)
+        else:
+            self.push(encode(Reply(id=request_id, op="send", result=result)))
+
+    # ------------------------------------------------------------ outbound
+
+    def push(self, payload: bytes) -> None:
+        self.outbound.push(payload)
+
+    def deliver_event(self, scope_id: str, seq: int, payload: bytes) -> None:
+        if self._resuming is not None and scope_id in self._resuming:
+            self._held_live.append((scope_id, seq, payload))
+            return
+        self.outbound.push(payload)
+
+    def reply(self, request_id: int | str, op: str, result: Any) -> None:
+        self.push(encode(Reply(id=request_id, op=op, result=result)))
+
+    def _error(
+        self,
+        request_id: int | str | None,
+        code: ErrorCode,
+        message: str,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        self.services.metrics.errors[code.value] += 1
+        self.push(encode_error(request_id, code, message, details))
