@@ -205,8 +205,8 @@ class EmbeddedPostgres:
             return self._dsn
         self._data_dir.mkdir(parents=True, exist_ok=True)
         with _exclusive_lock(self._data_dir / LOCK_FILE):
-            self._bin_dir = find_pg_bin_dir()
             self._user = _server_user()
+            self._bin_dir = _bin_dir_for(find_pg_bin_dir(), self._user, self._log)
             layout = self._layout = self._resolve_layout(self._user)
             self._prepare_directories(layout)
             if not (Path(layout.cluster_dir) / "PG_VERSION").exists():
@@ -282,7 +282,7 @@ class EmbeddedPostgres:
         digest = hashlib.sha256(str(self._data_dir.resolve()).encode()).hexdigest()
         port = _PORT_BASE + int(digest, 16) % _PORT_SPAN
         cluster_dir = self._data_dir / "pg"
-        if not user.is_self and not _can_traverse(user, self._data_dir):
+        if not user.is_self and not _can_access(user, self._data_dir):
             cluster_dir = PRIVATE_CLUSTER_ROOT / digest[:16]
             self._log.warning(
                 "embedded_pg.private_cluster_dir",
@@ -443,7 +443,7 @@ class EmbeddedPostgres:
 
     def _require_bin(self) -> Path:
         if self._bin_dir is None:
-            self._bin_dir = find_pg_bin_dir()
+            self._bin_dir = _bin_dir_for(find_pg_bin_dir(), self._server_user(), self._log)
         return self._bin_dir
 
     def _log_tail(self, layout: _Layout) -> str:
@@ -497,15 +497,16 @@ def _user_entry(name: str) -> _ServerUser:
     return _ServerUser(name, entry.pw_uid, entry.pw_gid, groups)
 
 
-def _can_traverse(user: _ServerUser, directory: Path) -> bool:
-    """Whether ``user`` can search ``directory`` and all its ancestors.
+def _can_access(user: _ServerUser, path: Path) -> bool:
+    """Whether ``user`` can search (directory) or execute (file) ``path``,
+    which needs search permission on all its ancestors too.
 
     Asked of the kernel (``test -x`` run as that user), so ACLs and group
     memberships count exactly as they will for the server.
     """
     test = shutil.which("test") or "/usr/bin/test"
     result = subprocess.run(
-        [test, "-x", str(directory)],
+        [test, "-x", str(path)],
         user=user.uid,
         group=user.gid,
         extra_groups=list(user.groups),
@@ -513,6 +514,40 @@ def _can_traverse(user: _ServerUser, directory: Path) -> bool:
         check=False,
     )
     return result.returncode == 0
+
+
+def _bin_dir_for(bin_dir: Path, user: _ServerUser, log: Any) -> Path:
+    """``bin_dir``, or a copy of its installation the server user can run.
+
+    The pgserver wheel's binaries usually sit under root's 0700 home when
+    installed as root; rather than opening up those ancestors (pgserver's own
+    start-up chmods them all), mirror the relocatable installation (``bin``'s
+    parent: bin, lib, share) once into a root-owned, world-readable directory.
+    """
+    if user.is_self or _can_access(user, bin_dir / "postgres"):
+        return bin_dir
+    install_root = bin_dir.resolve().parent
+    stamp = f"{install_root}:{(bin_dir / 'postgres').stat().st_mtime_ns}"
+    mirror = PRIVATE_CLUSTER_ROOT / f"pginstall-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}"
+    if not (mirror / bin_dir.name / "postgres").exists():
+        log.info("embedded_pg.mirroring_binaries", source=str(install_root), mirror=str(mirror))
+        PRIVATE_CLUSTER_ROOT.mkdir(mode=0o711, parents=True, exist_ok=True)
+        staging = mirror.with_name(f".{mirror.name}.{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(install_root, staging, symlinks=True)
+        for directory, _, _ in os.walk(staging):
+            os.chmod(directory, 0o755)  # our own copy: readable by the server user
+        try:
+            staging.rename(mirror)
+        except OSError:  # another process mirrored it first
+            shutil.rmtree(staging, ignore_errors=True)
+    mirrored = mirror / bin_dir.name
+    if not _can_access(user, mirrored / "postgres"):
+        raise EmbeddedPostgresError(
+            f"the PostgreSQL binaries in {bin_dir} cannot be run by {user.name!r}; "
+            "set PG_BIN to an installation readable by that user or set DATABASE_URL"
+        )
+    return mirrored
 
 
 def _make_private_dir(path: Path, user: _ServerUser) -> None:

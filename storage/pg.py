@@ -114,22 +114,41 @@ def _ready_now(fileno: int, state: Wait) -> int:
 async def _wait_either(fileno: int) -> int:
     """Wait until ``fileno`` is readable or writable; return which.
 
-    Rare path: libpq asks for both only when its output buffer is full
-    (large statements, pipeline mode), so a small nursery is fine here.
+    Rare path: libpq asks for both only when the socket buffer is full while
+    sending (large statements, pipeline mode), so a small nursery is fine.
     """
     ready = 0
+    failure: Exception | None = None
 
-    async with trio.open_nursery() as nursery:
-
-        async def watch(waiter: Callable[[int], Awaitable[None]], flag: int) -> None:
-            nonlocal ready
+    async def watch(waiter: Callable[[int], Awaitable[None]], flag: int) -> None:
+        nonlocal ready, failure
+        try:
             await waiter(fileno)
+        except (OSError, trio.ClosedResourceError) as exc:
+            failure = exc
+        else:
             ready |= flag
-            nursery.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()
 
-        nursery.start_soon(watch, trio.lowlevel.wait_readable, Ready.R)
-        nursery.start_soon(watch, trio.lowlevel.wait_writable, Ready.W)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, trio.lowlevel.wait_readable, Ready.R)
+            nursery.start_soon(watch, trio.lowlevel.wait_writable, Ready.W)
+    except BaseExceptionGroup as group:
+        # An outer cancellation reaches both watchers; surface it as the
+        # plain Cancelled every caller expects, not as a group.
+        cancelled, others = group.split(trio.Cancelled)
+        if others is None and cancelled is not None:
+            raise _first_leaf(cancelled) from None
+        raise
+    if not ready and failure is not None:
+        raise failure
     return ready
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 async def _wait_ready(fileno: int, state: Wait, deadline: float) -> int:

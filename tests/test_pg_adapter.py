@@ -70,6 +70,14 @@ async def test_cursor_and_pipeline_mode(conn: TrioConnection) -> None:
     assert await second.fetchone() == (2,)
 
 
+async def test_large_statement_that_fills_the_socket_buffer(conn: TrioConnection) -> None:
+    # Far more than a socket buffer: libpq must wait for writability while
+    # staying ready to read (the RW wait).
+    payload = "x" * (16 * 1024 * 1024)
+    cur = await conn.execute("SELECT length(%s)", (payload,))
+    assert await cur.fetchone() == (len(payload),)
+
+
 async def test_transaction_commits_and_rolls_back(conn: TrioConnection) -> None:
     await conn.execute("CREATE TABLE items (id int PRIMARY KEY)")
     async with conn.transaction():
