@@ -44,7 +44,7 @@ def pg_server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield dsn
     finally:
         server.stop()
-        remove_cluster_outside(server, tmp_path_factory.getbasetemp())
+        _remove_cluster_outside(server, tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def empty_database_url(pg_server_dsn: str) -> Iterator[str]:
             )
 
 
-def remove_cluster_outside(server: EmbeddedPostgres, keep_under: Path) -> None:
+def _remove_cluster_outside(server: EmbeddedPostgres, keep_under: Path) -> None:
     """Delete a stopped embedded cluster's files that live outside
     ``keep_under`` (the private cluster dir or /tmp socket dir used when the
     data dir is unreachable or too deep); files inside it are pytest's."""

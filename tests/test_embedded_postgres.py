@@ -18,7 +18,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import remove_cluster_outside
 
 from storage.embedded import EmbeddedPostgres
 
@@ -46,6 +45,14 @@ def wait_until_dead(pid: int, timeout: float = 10.0) -> None:
     while is_running(pid):
         assert time.monotonic() < deadline, f"process {pid} did not exit"
         time.sleep(0.05)
+
+
+def remove_cluster_outside(server: EmbeddedPostgres, keep_under: Path) -> None:
+    """Delete a stopped server's cluster/socket dirs living outside pytest's
+    tmp dir (the private /var/lib or /tmp locations)."""
+    for path in (server.cluster_dir, server.socket_dir):
+        if not path.resolve().is_relative_to(keep_under.resolve()):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def select_one(dsn: str) -> tuple[object, ...] | None:
