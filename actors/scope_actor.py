@@ -18,7 +18,14 @@ import trio
 
 from actors.model import Member, NotificationState
 from actors.ports import FenceLost, IdempotencyRace, Publisher, ScopeStore
-from actors.scope_state import Append, Immediate, NeedsLookup, ScopeState, SendCommand
+from actors.scope_state import (
+    Append,
+    Immediate,
+    NeedsLookup,
+    NeedsReload,
+    ScopeState,
+    SendCommand,
+)
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import SendResult
 
@@ -145,9 +152,9 @@ class ScopeActor:
     # ------------------------------------------------------------ sends
 
     async def _process_sends(self, cmds: list[SendCommand]) -> bool:
-        for _ in range(COMMIT_ATTEMPTS):
+        for attempt in range(COMMIT_ATTEMPTS):
             try:
-                return await self._try_sends(cmds)
+                return await self._try_sends(cmds, reloaded=attempt > 0)
             except (FenceLost, IdempotencyRace) as exc:
                 log.info("scope_fence_retry", error=type(exc).__name__)
                 if isinstance(exc, IdempotencyRace) and self.state is not None:
@@ -175,25 +182,27 @@ class ScopeActor:
             return False
         return True
 
-    async def _try_sends(self, cmds: list[SendCommand]) -> bool:
+    async def _try_sends(self, cmds: list[SendCommand], *, reloaded: bool) -> bool:
         state = self.state
         assert state is not None
         now = datetime.now(UTC)
         outcomes: list[SendResult | OperationError | Append] = []
         for cmd in cmds:
             try:
-                decision = state.decide(cmd, now)
+                decision = state.decide(cmd, now, reloaded=reloaded)
+                if isinstance(decision, NeedsReload):
+                    raise FenceLost(self.scope_id)
                 if isinstance(decision, NeedsLookup):
                     record = await self._store.find_idempotent(
                         self.scope_id, cmd.author.id, cmd.client_message_id
                     )
                     if record is not None:
                         state.remember(cmd.author.id, cmd.client_message_id, record)
-                    decision = state.decide(cmd, now, looked_up=True)
+                    decision = state.decide(cmd, now, looked_up=True, reloaded=reloaded)
             except OperationError as exc:
                 outcomes.append(exc)
                 continue
-            assert not isinstance(decision, NeedsLookup)
+            assert isinstance(decision, Immediate | Append)
             outcomes.append(decision.result if isinstance(decision, Immediate) else decision)
         appends = [o for o in outcomes if isinstance(o, Append)]
         committed = await self._store.apply_sends([a.plan for a in appends]) if appends else []

@@ -74,12 +74,17 @@ class NeedsLookup:
 
 
 @dataclass(frozen=True, slots=True)
+class NeedsReload:
+    """The sender claims a frontier beyond this cache: another node may have written."""
+
+
+@dataclass(frozen=True, slots=True)
 class Append:
     plan: MessagePlan
     compat: bool
 
 
-Decision = Immediate | NeedsLookup | Append
+Decision = Immediate | NeedsLookup | NeedsReload | Append
 
 
 def payload_digest(scope_id: str, cmd: SendCommand) -> bytes:
@@ -160,7 +165,9 @@ class ScopeState:
         while len(self.idempotency) > IDEMPOTENCY_WINDOW:
             self.idempotency.popitem(last=False)
 
-    def decide(self, cmd: SendCommand, now: datetime, *, looked_up: bool = False) -> Decision:
+    def decide(
+        self, cmd: SendCommand, now: datetime, *, looked_up: bool = False, reloaded: bool = False
+    ) -> Decision:
         """Idempotency first, then admission, then the freshness gate, then the plan."""
         author = cmd.author
         digest = payload_digest(self.scope.id, cmd)
@@ -172,6 +179,8 @@ class ScopeState:
         compat = False
         expected = self.latest_seq
         if cmd.freshness is not None:
+            if cmd.freshness.seen_up_to_seq > self.latest_seq and not reloaded:
+                return NeedsReload()
             gate = freshness.check(
                 scope_id=self.scope.id,
                 target_key=cmd.freshness.target_key,
