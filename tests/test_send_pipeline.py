@@ -22,6 +22,22 @@ def fresh(scope_id: str, seen: int) -> dict[str, Any]:
     return {"targetKey": scope_id, "seenUpToSeq": seen}
 
 
+async def race(
+    clients: tuple[Client, Client], target: str, scope_id: str, seen: int, tag: str
+) -> list[dict[str, Any]]:
+    """Both clients send with the same frontier at the same time."""
+    results: list[dict[str, Any]] = []
+
+    async def send(client: Client, name: str) -> None:
+        reply = await client.send(target, f"{name}-{tag}", freshness=fresh(scope_id, seen))
+        results.append(reply)
+
+    async with trio.open_nursery() as nursery:
+        for name, client in zip("ab", clients, strict=True):
+            nursery.start_soon(send, client, name)
+    return results
+
+
 async def messages_until_marker(client: Client, marker: str) -> list[dict[str, Any]]:
     """Every ``message`` event up to and including the one whose content is ``marker``."""
     events = await client.events_until(
@@ -43,20 +59,8 @@ async def test_concurrent_fresh_sends_one_wins_each_round(
             world.client(agents[1], **FRESH) as b,
         ):
             scope_id = await make_channel(o, "race", a, b)
-            latest = 0
-            for round_no in range(40):
-                results: list[dict[str, Any]] = []
-
-                async def send(client: Client, tag: str, seen: int = latest) -> None:
-                    results.append(
-                        await client.send(
-                            "#race", f"{tag}-{round_no}", freshness=fresh(scope_id, seen)
-                        )
-                    )
-
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(send, a, "a")
-                    nursery.start_soon(send, b, "b")
+            for latest in range(40):
+                results = await race((a, b), "#race", scope_id, latest, str(latest))
                 states = sorted(r["state"] for r in results)
                 assert states == ["held", "sent"], results
                 winner = next(r for r in results if r["state"] == "sent")
@@ -65,7 +69,6 @@ async def test_concurrent_fresh_sends_one_wins_each_round(
                 assert loser["latestSeq"] == latest + 1
                 assert loser["needsRefreshUntilSeq"] == latest + 1
                 assert loser["seenUpToSeq"] == latest
-                latest += 1
             page = await o.history("#race", limit=200)
             assert [m["seq"] for m in page["messages"]] == list(range(1, 41))
 
@@ -86,22 +89,9 @@ async def test_two_nodes_on_one_database_are_fenced(database_url: str, tmp_path:
             world_b.client(agents[1], **FRESH) as b,
         ):
             scope_id = await make_channel(o, "fence", a, b)
-            latest = 0
-            for round_no in range(15):
-                results: list[dict[str, Any]] = []
-
-                async def send(client: Client, tag: str, seen: int = latest) -> None:
-                    results.append(
-                        await client.send(
-                            "#fence", f"{tag}{round_no}", freshness=fresh(scope_id, seen)
-                        )
-                    )
-
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(send, a, "a")
-                    nursery.start_soon(send, b, "b")
+            for latest in range(15):
+                results = await race((a, b), "#fence", scope_id, latest, str(latest))
                 assert sorted(r["state"] for r in results) == ["held", "sent"], results
-                latest += 1
             page = await o.history("#fence", limit=200)
             assert [m["seq"] for m in page["messages"]] == list(range(1, 16))
 
@@ -185,10 +175,8 @@ async def test_load_every_member_gets_every_message_once_in_order(
         world = await World.create(node)
         people: list[Person] = [await world.member(f"user{i}") for i in range(senders)]
         async with trio.open_nursery() as setup:
-            clients: list[Client] = []
             contexts = [world.client(p) for p in people]
-            for context in contexts:
-                clients.append(await context.__aenter__())
+            clients: list[Client] = [await context.__aenter__() for context in contexts]
             try:
                 membership: dict[int, list[int]] = defaultdict(list)  # member -> scope indexes
                 slugs = []
