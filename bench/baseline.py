@@ -37,19 +37,21 @@ class BaselinePlan:
     fanout: FanoutPlan | None = field(default_factory=FanoutPlan)
     node_peer: bool = True
     database_url: str | None = None
+    data_dir: str | None = None  # the node's, to reuse its embedded PostgreSQL
 
 
 class NoDatabase(Exception):
     """Neither ``--database-url`` nor ``storage.embedded`` is available."""
 
 
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
 @asynccontextmanager
-async def open_database(database_url: str | None) -> AsyncIterator[str]:
-    """Yield a DSN: ``database_url``, or a scratch embedded PostgreSQL in a temp dir."""
+async def open_database(database_url: str | None, data_dir: str | None) -> AsyncIterator[str]:
+    """Yield a DSN for baseline (a).
+
+    ``database_url`` if given; else the embedded PostgreSQL of ``data_dir``
+    (the node's own server when it runs: reused, and left running); else a
+    scratch embedded PostgreSQL in a temporary directory, stopped afterwards.
+    """
     if database_url:
         yield database_url
         return
@@ -58,15 +60,20 @@ async def open_database(database_url: str | None) -> AsyncIterator[str]:
     except ImportError as e:
         raise NoDatabase(f"no --database-url and storage.embedded unavailable ({e})") from e
     with tempfile.TemporaryDirectory(prefix="scopenode-bench-pg-") as tmp:
-        pg = embedded.EmbeddedPostgres(Path(tmp))
-        dsn = await _maybe_await(pg.start())
+        pg = embedded.EmbeddedPostgres(Path(data_dir or tmp))
+        dsn = await _call(pg.start)
         try:
             yield str(dsn)
         finally:
             with trio.CancelScope(shield=True):
-                stop = getattr(pg, "stop", None)
-                if stop is not None:
-                    await _maybe_await(stop())
+                await _call(pg.stop)
+
+
+async def _call(fn: Any) -> Any:
+    """Await ``fn()`` if it is async; run it on a worker thread if it blocks."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn()
+    return await trio.to_thread.run_sync(fn)
 
 
 async def run_baseline(plan: BaselinePlan, progress: Progress) -> dict[str, Any]:
@@ -74,7 +81,7 @@ async def run_baseline(plan: BaselinePlan, progress: Progress) -> dict[str, Any]
     if plan.db is not None:
         progress.phase("baseline db", 1)
         try:
-            async with open_database(plan.database_url) as dsn:
+            async with open_database(plan.database_url, plan.data_dir) as dsn:
                 out["raw_tx"] = await measure_db(dsn, plan.db)
         except NoDatabase as e:
             out["raw_tx"] = {"skipped": str(e)}

@@ -10,6 +10,7 @@ Exit status: 0, or 1 when a correctness check of the workload failed
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -241,43 +242,45 @@ async def run(args: argparse.Namespace, progress: Progress) -> tuple[dict[str, A
         "machine": machine(),
     }
     plan = baseline_plan(args)
-    baseline = await run_baseline(plan, progress) if plan is not None else {}
-    latencies: list[Latency] = []
     if args.workload == "baseline":
+        assert plan is not None
+        baseline = await run_baseline(plan, progress)
         report["results"] = baseline
         report["baseline"] = {}
-        report["generator_cpu_s"] = round(
-            own_cpu_s()
-            + sum(
-                float(v.get("reader_cpu_s", 0.0)) for v in baseline.values() if isinstance(v, dict)
-            ),
-            3,
+        report["ratios"] = ratios(args.workload, baseline, baseline)
+        readers_cpu = sum(
+            float(v.get("reader_cpu_s", 0.0)) for v in baseline.values() if isinstance(v, dict)
         )
-    else:
-        async with open_node(
-            args.url,
-            data_dir=args.data_dir,
-            database_url=args.database_url,
-            node_pid=args.node_pid,
-        ) as node:
-            env = Env(
-                node=node,
-                provisioner=make_provisioner(node.data_dir, args.database_url),
-                seed=args.seed,
-                progress=progress,
-                reader_processes=args.reader_processes,
-                timeout_s=args.timeout,
-                members_cap=args.members,
-            )
-            result = await run_workload(env, args)
-        report["node_started_by_bench"] = node.started_here
-        report["results"] = result.results
-        report["baseline"] = baseline
-        report["generator_cpu_s"] = result.cpu.generator_cpu_s
-        report["node_cpu_s"] = result.cpu.node_cpu_s
-        latencies = result.latencies
-    report["ratios"] = ratios(args.workload, report["results"], baseline)
-    return report, latencies
+        report["generator_cpu_s"] = round(own_cpu_s() + readers_cpu, 3)
+        return report, []
+    async with open_node(
+        args.url,
+        data_dir=args.data_dir,
+        database_url=args.database_url,
+        node_pid=args.node_pid,
+    ) as node:
+        # Baselines run while the node idles, against its own database server.
+        baseline = {}
+        if plan is not None:
+            plan = dataclasses.replace(plan, data_dir=node.data_dir)
+            baseline = await run_baseline(plan, progress)
+        env = Env(
+            node=node,
+            provisioner=make_provisioner(node.data_dir, args.database_url),
+            seed=args.seed,
+            progress=progress,
+            reader_processes=args.reader_processes,
+            timeout_s=args.timeout,
+            members_cap=args.members,
+        )
+        result = await run_workload(env, args)
+    report["node_started_by_bench"] = node.started_here
+    report["results"] = result.results
+    report["baseline"] = baseline
+    report["ratios"] = ratios(args.workload, result.results, baseline)
+    report["generator_cpu_s"] = result.cpu.generator_cpu_s
+    report["node_cpu_s"] = result.cpu.node_cpu_s
+    return report, result.latencies
 
 
 def failed_checks(results: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ measurement on a worker thread and the result says so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import time
@@ -22,7 +23,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import trio
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bench.stats import Latency
 
@@ -47,6 +50,9 @@ SCRATCH_SEND = (
     " SELECT id, latest_seq, %s FROM s RETURNING seq"
 )
 CONTENT = "baseline send " + "x" * 180
+# The scratch tables live in a database of their own so the node's schema
+# (checked by ``scopenode db verify``) never sees them.
+SCRATCH_DB = "scopenode_bench"
 
 
 @dataclass(frozen=True)
@@ -179,8 +185,22 @@ async def _asyncio_gather(fns: list[Callable[[], Awaitable[None]]]) -> None:
     await asyncio.gather(*(fn() for fn in fns))
 
 
+def scratch_dsn(dsn: str) -> str:
+    """``dsn`` pointed at the scratch database, created if missing (blocking)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (SCRATCH_DB,))
+        if found.fetchone() is None:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+                conn.execute(f'CREATE DATABASE "{SCRATCH_DB}"')
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = SCRATCH_DB
+    return make_conninfo("", **params)
+
+
 async def measure_db(dsn: str, plan: DbPlan) -> dict[str, Any]:
     """Run baseline (a) against ``dsn``; returns sequential and concurrent figures."""
+    if _node_statement() is None:
+        dsn = await trio.to_thread.run_sync(scratch_dsn, dsn)
     try:
         pg = importlib.import_module("storage.pg")
     except ImportError:
@@ -211,8 +231,6 @@ async def measure_db(dsn: str, plan: DbPlan) -> dict[str, Any]:
 
 
 async def _measure_asyncio(dsn: str, plan: DbPlan) -> dict[str, Any]:
-    import psycopg
-
     async def connect() -> tuple[Execute, Callable[[], Awaitable[None]], Any]:
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
 

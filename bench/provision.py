@@ -15,6 +15,7 @@ import json
 import shutil
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import trio
@@ -41,6 +42,10 @@ class Provisioner(Protocol):
 
 
 def scopenode_cmd() -> list[str]:
+    """The node's CLI: the script next to this interpreter, else on PATH, else the module."""
+    beside = Path(sys.executable).parent / "scopenode"
+    if beside.is_file():
+        return [str(beside)]
     exe = shutil.which("scopenode")
     if exe is not None:
         return [exe]

@@ -1,0 +1,143 @@
+"""Smoke runs of every bench workload against a real node (counts only, no timing).
+
+One node with an embedded database serves the module; each workload runs
+with ``--quick`` through ``bench.cli.main`` exactly as ``scopenode bench``
+does, and the JSON report is checked for correct counts.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.cli import main
+from bench.nodeproc import free_port
+from bench.provision import scopenode_cmd
+
+pytestmark = pytest.mark.slow
+
+
+class NodeInfo:
+    def __init__(self, url: str, data_dir: Path, pid: int) -> None:
+        self.url = url
+        self.data_dir = data_dir
+        self.pid = pid
+
+
+def _healthy(port: int) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeInfo]:
+    data_dir = tmp_path_factory.mktemp("bench-node")
+    port = free_port()
+    cmd = [*scopenode_cmd(), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--data-dir", str(data_dir / "data")]
+    with open(data_dir / "node.log", "wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not _healthy(port):
+                assert proc.poll() is None, (data_dir / "node.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "node never became healthy"
+                time.sleep(0.2)
+            yield NodeInfo(f"ws://127.0.0.1:{port}", data_dir / "data", proc.pid)
+        finally:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def run_bench(node: NodeInfo, tmp_path: Path, workload: str, *extra: str) -> dict[str, Any]:
+    out = tmp_path / f"{workload}.json"
+    argv = [workload, "--quick", "--no-progress", "--json", str(out)]
+    argv += ["--url", node.url, "--data-dir", str(node.data_dir), "--node-pid", str(node.pid)]
+    assert main([*argv, *extra]) == 0
+    report: dict[str, Any] = json.loads(out.read_text())
+    assert report["workload"] == workload
+    assert report["generator_cpu_s"] is not None
+    return report
+
+
+def test_send_latency_sends_every_message_with_freshness(node: NodeInfo, tmp_path: Path) -> None:
+    report = run_bench(node, tmp_path, "send-latency")
+    results = report["results"]
+    assert results["sends"] == 20
+    assert results["states"] == {"sent": 20}
+    assert results["latency"]["count"] == 20
+    assert report["baseline"]["raw_tx"]["sequential"]["count"] > 0
+    assert report["ratios"]["send_p50_over_raw_tx_p50"] is not None
+
+
+def test_throughput_sends_without_errors(node: NodeInfo, tmp_path: Path) -> None:
+    report = run_bench(node, tmp_path, "throughput")
+    results = report["results"]
+    assert results["sends"] > 0
+    assert results["errors"] == {}
+    assert results["states"] == {"sent": results["sends"]}
+    assert report["ratios"]["sends_per_s_over_raw_tx_per_s"] is not None
+
+
+def test_fanout_delivers_every_message_to_every_reader(node: NodeInfo, tmp_path: Path) -> None:
+    report = run_bench(node, tmp_path, "fanout")
+    results = report["results"]
+    assert results["complete"], results
+    assert results["deliveries"] == results["expected_deliveries"] == 5 * 10
+    assert report["baseline"]["ws_fanout"]["complete"]
+
+
+def test_contention_keeps_seqs_gap_free_and_unique(node: NodeInfo, tmp_path: Path) -> None:
+    report = run_bench(node, tmp_path, "contention")
+    results = report["results"]
+    assert results["verify"]["ok"], results["verify"]
+    assert results["states"]["sent"] == 3 * 5
+    assert results["verify"]["latest_seq"] >= 15
+
+
+def test_reconnect_storm_resumes_every_session_without_gaps(node: NodeInfo, tmp_path: Path) -> None:
+    report = run_bench(node, tmp_path, "reconnect-storm")
+    results = report["results"]
+    assert results["ok"], results
+    assert results["resumed"] == 5
+
+
+def test_idle_sessions_report_rss(node: NodeInfo, tmp_path: Path) -> None:
+    report = run_bench(node, tmp_path, "idle")
+    results = report["results"]
+    assert results["connected"] == 10
+    assert results["failed"] == 0
+    assert results["kib_per_session"] is not None
+
+
+def test_bench_starts_and_stops_its_own_node(tmp_path: Path) -> None:
+    out = tmp_path / "own.json"
+    argv = ["send-latency", "--quick", "--no-progress", "--no-baseline", "--json", str(out)]
+    assert main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["node_started_by_bench"] is True
+    assert report["node_cpu_s"] is not None
+    assert report["results"]["sends"] == 20
