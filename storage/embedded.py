@@ -81,9 +81,11 @@ _log = structlog.get_logger(__name__)
 def find_pg_bin_dir() -> Path:
     """Locate the directory holding ``initdb``, ``pg_ctl`` and ``postgres``.
 
-    Order: the ``pgserver`` wheel's bundled binaries (if installed), the
-    ``PG_BIN`` environment variable, the newest ``/usr/lib/postgresql/*/bin``,
-    then ``pg_ctl`` on PATH. Raise EmbeddedPostgresError if none is usable.
+    Order: the ``PG_BIN`` environment variable, the newest
+    ``/usr/lib/postgresql/*/bin``, ``pg_ctl`` on PATH, then the ``pgserver``
+    wheel's bundled binaries. System installations come first because the
+    schema needs the standard contrib extensions (btree_gist, pg_trgm), which
+    the pgserver wheel does not ship. Raise EmbeddedPostgresError if none is usable.
     """
     for candidate in _bin_dir_candidates():
         if _is_bin_dir(candidate):
@@ -96,9 +98,6 @@ def find_pg_bin_dir() -> Path:
 
 
 def _bin_dir_candidates() -> Iterator[Path]:
-    spec = importlib.util.find_spec("pgserver")
-    if spec is not None and spec.origin is not None:
-        yield Path(spec.origin).parent / "pginstall" / "bin"
     if env_bin := os.environ.get("PG_BIN"):
         yield Path(env_bin)
     versioned = sorted(
@@ -109,6 +108,9 @@ def _bin_dir_candidates() -> Iterator[Path]:
     yield from versioned
     if pg_ctl := shutil.which("pg_ctl"):
         yield Path(pg_ctl).resolve().parent
+    spec = importlib.util.find_spec("pgserver")
+    if spec is not None and spec.origin is not None:
+        yield Path(spec.origin).parent / "pginstall" / "bin"
 
 
 def _version_key(name: str) -> tuple[int, ...]:
