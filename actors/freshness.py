@@ -1,7 +1,7 @@
 """The freshness gate (SPEC R-12, seed 002 §3.3) as a pure decision.
 
 The gate runs on the actor's view of ``latest_seq``; the database fence
-(``UPDATE scopes ... WHERE latest_seq = expected``) is what makes it true.
+(the conditional update of ``scopes.latest_seq``) is what makes it true.
 """
 
 from __future__ import annotations
