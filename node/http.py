@@ -7,7 +7,9 @@ from importlib import resources
 import h11
 
 from node.services import Services
+from storage import health
 
+HEALTH_TIMEOUT = 2.0
 _CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -15,14 +17,18 @@ _CONTENT_TYPES = {
 }
 
 
-def respond(services: Services, request: h11.Request) -> tuple[int, str, bytes]:
+async def respond(services: Services, request: h11.Request) -> tuple[int, str, bytes]:
     """(status, content type, body) for a non-WebSocket request."""
     path = request.target.decode("latin-1").split("?", 1)[0]
     method = request.method.decode("latin-1")
     if method not in ("GET", "HEAD"):
         return 405, "text/plain", b"method not allowed\n"
     if path == "/healthz":
-        if services.ready and not services.draining:
+        if (
+            services.ready
+            and not services.draining
+            and await health.ping(services.pool, timeout=HEALTH_TIMEOUT)
+        ):
             return 200, "text/plain", b"ok\n"
         return 503, "text/plain", b"unavailable\n"
     if path == "/metrics":

@@ -66,7 +66,7 @@ async def _handle(services: Services, stream: trio.SocketStream) -> None:
         workspace = parse_qs(target.query).get("workspace", [None])[0]
         await _websocket(services, stream, request, trailing, workspace)
         return
-    status, content_type, body = respond(services, request)
+    status, content_type, body = await respond(services, request)
     await _plain(stream, status, content_type, body, head_only=request.method == b"HEAD")
 
 
