@@ -17,6 +17,7 @@ from node.config import Settings
 from node.database import autocommit, open_database
 from node.hub import Hub
 from node.metrics import Metrics
+from node.outbox_worker import OutboxWorker
 from node.registry import ActorRegistry
 from node.resolver import Resolver
 from node.server import handle_connection
@@ -94,6 +95,9 @@ async def serve_node(
         metrics.gauges["sessions"] = lambda: float(len(services.sessions))
         metrics.gauges["actors"] = lambda: float(len(registry))
         nursery.start_soon(marker.run)
+        worker = OutboxWorker(pool, hub, node_id, settings.outbox, metrics.set_outbox_states)
+        services.worker = worker
+        nursery.start_soon(worker.run)
         listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
         nursery.start_soon(
             partial(trio.serve_listeners, partial(handle_connection, services), listeners)

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from node.outbox_worker import WorkerSettings
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -24,6 +26,8 @@ class Settings:
     actor_idle_timeout: float = 120.0
     max_inflight_requests: int = 64
     moderation_keywords: tuple[str, ...] = field(default_factory=tuple)
+    outbox: WorkerSettings = field(default_factory=WorkerSettings)
+    redeliver_limit: int = 1000
 
     @staticmethod
     def database_url_from_env() -> str | None:

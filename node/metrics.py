@@ -15,6 +15,10 @@ class Metrics:
         self.frames_in = 0
         self.errors: Counter[str] = Counter()
         self.gauges: dict[str, Callable[[], float]] = {}
+        self.outbox_states: dict[str, int] = {}
+
+    def set_outbox_states(self, counts: dict[str, int]) -> None:
+        self.outbox_states = dict(counts)
 
     def on_send(self, state: str, compat: bool) -> None:
         self.send_states[state] += 1
@@ -49,6 +53,11 @@ class Metrics:
         lines.extend(
             f'scopenode_errors_total{{code="{name}"}} {count}'
             for name, count in sorted(self.errors.items())
+        )
+        lines.append("# TYPE scopenode_outbox_rows gauge")
+        lines.extend(
+            f'scopenode_outbox_rows{{status="{status}"}} {self.outbox_states.get(status, 0)}'
+            for status in ("pending", "leased", "delivered", "failed", "suppressed")
         )
         for name, read in sorted(self.gauges.items()):
             lines += [f"# TYPE scopenode_{name} gauge", f"scopenode_{name} {read()}"]

@@ -6,12 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 from actors.model import Member, MemberType, NotificationState
 from actors.scope_actor import RosterCommand
+from node.hub import delivery_id, wake_dedupe_key
 from node.views import stored_message_view
 from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import (
     Ack,
     CreateChannel,
+    Deliver,
     Grant,
     History,
     Invite,
@@ -310,8 +312,29 @@ async def ack(session: Session, request: Ack) -> dict[str, Any]:
     if not agent_part or f"mem_{agent_part}" != member.id:
         raise OperationError(ErrorCode.NOT_FOUND, "no such delivery", path="$.deliveryId")
     async with session.services.pool.connection() as conn:
-        await outbox.mark_delivered(conn, [f"wake:msg_{message_part}:{member.id}"])
+        found = await outbox.ack_wake(
+            conn, wake_dedupe_key(f"msg_{message_part}", member.id), member.id
+        )
+    if not found:
+        raise OperationError(ErrorCode.NOT_FOUND, "no such delivery", path="$.deliveryId")
     return {}
+
+
+async def redeliver(session: Session) -> None:
+    """Push an agent daemon every unacknowledged delivery, oldest first."""
+    member = _member(session)
+    async with session.services.pool.connection() as conn:
+        pending = await outbox.pending_wakes(conn, member.id, session.settings.redeliver_limit)
+    for wake in pending:
+        frame = Deliver(
+            delivery_id=delivery_id(wake.message.id, member.id),
+            agent_id=member.id,
+            target_key=wake.message.scope_id,
+            target_seq=wake.target_seq,
+            reason=wake.reason,
+            message=stored_message_view(wake.message),
+        )
+        session.push(encode(frame))
 
 
 async def grant(session: Session, request: Grant) -> dict[str, Any]:

@@ -27,3 +27,4 @@ class Services:
     ready: bool = False
     port: int = 0
     sessions: set[Any] = field(default_factory=set)
+    worker: Any = None

@@ -279,6 +279,17 @@ class Session:
         if self._resuming is not None:
             await self._inflight.acquire()
             self._nursery.start_soon(self._resume, self._resuming)
+        if self.is_daemon and member.type.value == "agent":
+            await self._inflight.acquire()
+            self._nursery.start_soon(self._redeliver)
+
+    async def _redeliver(self) -> None:
+        try:
+            await ops.redeliver(self)
+        except Exception as exc:
+            log.warning("redeliver_failed", error=repr(exc))
+        finally:
+            self._inflight.release()
 
     async def _resume(self, resume: dict[str, int]) -> None:
         try:

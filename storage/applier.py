@@ -11,6 +11,7 @@ batch back and tells the actor to reload.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -20,6 +21,12 @@ from actors.planner import MessagePlan
 from actors.ports import CommittedSend, FenceLost, IdempotencyRace
 from storage.errors import map_errors
 from storage.pg import TrioConnection
+
+# The first delivery is inline after commit; the outbox worker only touches a
+# row once it is due: a wake not acknowledged by then, or a realtime row that
+# was never marked delivered (the node died between commit and fan-out).
+WAKE_RETRY_AFTER = timedelta(seconds=30)
+REPLAY_AFTER = timedelta(seconds=10)
 
 # The workspace row is locked last (scope row first, by the fenced UPDATE), and
 # only when the fence held, so a stale sender takes no workspace lock at all.
@@ -66,9 +73,11 @@ WITH existing AS (
 ), outbox AS (
     INSERT INTO scope_fanout_outbox (
         workspace_id, scope_id, message_id, event_ref_type, event_ref_id, fanout_type,
-        delivery_policy, target_member_id, target_seq, dedupe_key, payload)
+        delivery_policy, target_member_id, target_seq, dedupe_key, payload, next_attempt_at)
     SELECT %(workspace_id)s, %(scope_id)s, message.id, 'message', message.id, o.fanout_type,
-        o.policy, o.target, message.seq, o.dedupe_key, jsonb_build_object('reason', o.reason)
+        o.policy, o.target, message.seq, o.dedupe_key, jsonb_build_object('reason', o.reason),
+        %(created_at)s + CASE o.fanout_type
+            WHEN 'agent_wake' THEN %(wake_retry_after)s ELSE %(replay_after)s END
     FROM message,
         unnest(%(fanout_types)s::text[], %(policies)s::text[], %(targets)s::text[],
                %(dedupe_keys)s::text[], %(reasons)s::text[])
@@ -107,6 +116,8 @@ def send_parameters(plan: MessagePlan) -> dict[str, Any]:
         "targets": [o.target_member_id for o in plan.outbox],
         "dedupe_keys": [o.dedupe_key for o in plan.outbox],
         "reasons": [o.reason for o in plan.outbox],
+        "wake_retry_after": WAKE_RETRY_AFTER,
+        "replay_after": REPLAY_AFTER,
     }
 
 

@@ -1,0 +1,182 @@
+"""The outbox worker: retries and replays what the inline path did not finish.
+
+It leases due rows (``FOR UPDATE SKIP LOCKED``), re-checks suppression before
+every push, pushes to the sessions on this node, and reschedules with
+exponential backoff and jitter up to the row's ``max_attempts``. Delivered
+and dead rows are pruned after the retention period.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+import structlog
+import trio
+
+from node.hub import Hub, delivery_id
+from node.views import stored_message_view
+from protocol.codec import encode
+from protocol.frames import Deliver, MessageEvent
+from storage import messages, outbox, scopes
+from storage.outbox import LeasedRow
+from storage.pg import Pool, TrioConnection
+from storage.visibility import Viewer
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    poll_interval: float = 1.0
+    batch: int = 100
+    lease: timedelta = timedelta(seconds=30)
+    backoff_base: float = 2.0
+    backoff_cap: float = 300.0
+    no_daemon_recheck: timedelta = timedelta(seconds=60)
+    retention: timedelta = timedelta(days=7)
+    prune_every: float = 30.0
+
+
+def backoff(attempts: int, settings: WorkerSettings, rng: random.Random) -> timedelta:
+    """Exponential in the attempts made, capped, with up to 25 % jitter."""
+    delay = min(settings.backoff_cap, settings.backoff_base * 2 ** max(attempts - 1, 0))
+    return timedelta(seconds=delay * (1 + rng.random() / 4))
+
+
+class OutboxWorker:
+    def __init__(
+        self,
+        pool: Pool,
+        hub: Hub,
+        owner: str,
+        settings: WorkerSettings,
+        on_counts: Callable[[dict[str, int]], None] | None = None,
+    ) -> None:
+        self._on_counts = on_counts or (lambda counts: None)
+        self._pool = pool
+        self._hub = hub
+        self._owner = owner
+        self._settings = settings
+        self._rng = random.Random()
+        self.pushed = 0
+
+    async def run(self) -> None:
+        next_prune = trio.current_time()
+        while True:
+            try:
+                handled = await self.run_once()
+                if trio.current_time() >= next_prune:
+                    async with self._pool.connection() as conn:
+                        await outbox.prune(conn, self._settings.retention)
+                        self._on_counts(await outbox.status_counts(conn))
+                    next_prune = trio.current_time() + self._settings.prune_every
+            except Exception as exc:
+                if isinstance(exc, trio.Cancelled):
+                    raise
+                log.warning("outbox_worker_failed", error=repr(exc))
+                handled = 0
+            if handled < self._settings.batch:
+                await trio.sleep(self._settings.poll_interval)
+
+    async def run_once(self) -> int:
+        """Lease and handle one batch of due rows; returns how many."""
+        async with self._pool.connection() as conn:
+            rows = await outbox.lease_due(
+                conn, self._owner, limit=self._settings.batch, lease=self._settings.lease
+            )
+            for row in rows:
+                await self._handle(conn, row)
+        return len(rows)
+
+    async def _handle(self, conn: TrioConnection, row: LeasedRow) -> None:
+        if row.fanout_type == "agent_wake":
+            await self._wake(conn, row)
+        elif row.fanout_type == "realtime":
+            await self._replay(conn, row)
+        else:
+            await outbox.finish(conn, row, self._owner, "failed", "unknown fanout type")
+
+    async def _wake(self, conn: TrioConnection, row: LeasedRow) -> None:
+        assert row.message_id is not None
+        assert row.target_member_id is not None
+        reason = await outbox.wake_suppression(conn, row.message_id, row.target_member_id)
+        if reason is not None:
+            await outbox.finish(conn, row, self._owner, "suppressed", reason)
+            return
+        daemons = [s for s in self._hub.sessions_of(row.target_member_id) if s.is_daemon]
+        if not daemons:
+            # No daemon connected: not a failed attempt; it gets the delivery on connect.
+            await outbox.reschedule(
+                conn,
+                row,
+                self._owner,
+                delay=self._settings.no_daemon_recheck,
+                error=None,
+                refund_attempt=True,
+            )
+            return
+        if row.attempts > row.max_attempts:
+            await outbox.finish(conn, row, self._owner, "failed", "not acknowledged")
+            return
+        message = await messages.get_message(conn, row.message_id)
+        if message is None:
+            await outbox.finish(conn, row, self._owner, "suppressed", "message_gone")
+            return
+        frame = encode(
+            Deliver(
+                delivery_id=delivery_id(row.message_id, row.target_member_id),
+                agent_id=row.target_member_id,
+                target_key=row.scope_id,
+                target_seq=message.seq,
+                reason=row.reason or "",
+                message=stored_message_view(message),
+            )
+        )
+        for session in daemons:
+            session.push(frame)
+        self.pushed += 1
+        if row.attempts >= row.max_attempts:
+            await outbox.finish(conn, row, self._owner, "failed", "not acknowledged")
+            return
+        await outbox.reschedule(
+            conn,
+            row,
+            self._owner,
+            delay=backoff(row.attempts, self._settings, self._rng),
+            error="not acknowledged",
+        )
+
+    async def _replay(self, conn: TrioConnection, row: LeasedRow) -> None:
+        """A realtime row never marked delivered: push to connected readers, no unread rebuild."""
+        assert row.message_id is not None
+        message = await messages.get_message(conn, row.message_id)
+        if message is not None:
+            payload = encode(
+                MessageEvent(scope_id=row.scope_id, message=stored_message_view(message))
+            )
+            for listing in await scopes.current_members(conn, row.scope_id):
+                sessions = self._hub.sessions_of(listing.member.id)
+                if not sessions:
+                    continue
+                viewer = Viewer(
+                    listing.member,
+                    listing.visibility == "public" and not listing.member.is_private_agent,
+                    (row.scope_id,),
+                )
+                page = await messages.page(
+                    conn,
+                    row.scope_id,
+                    viewer,
+                    after=message.seq - 1,
+                    before=message.seq + 1,
+                    limit=1,
+                    ascending=True,
+                )
+                if page.messages:
+                    for session in sessions:
+                        session.deliver_event(row.scope_id, message.seq, payload)
+                        self.pushed += 1
+        await outbox.finish(conn, row, self._owner, "delivered")
