@@ -386,34 +386,59 @@ async def open_client(
     }
     if resume is not None:
         hello["resume"] = dict(resume)
-    async with trio_websocket.open_websocket_url(
-        url, connect_timeout=connect_timeout, max_message_size=max_message_size
-    ) as ws:
-        client = Client(ws, max_pending_events)
-        with trio.fail_after(connect_timeout):
-            await client._handshake(hello)
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(client._read_frames)
-                if heartbeat:
-                    interval = float(client.welcome.get("heartbeatMs", 20_000)) / 1000
-                    nursery.start_soon(client._heartbeat, interval)
-                try:
-                    yield client
-                finally:
-                    with trio.CancelScope(shield=True), trio.move_on_after(connect_timeout):
-                        await client.aclose()
-                    nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # The background tasks end quietly, so the group holds what the
-            # caller's block raised (plus Cancelled when a task failed): hand
-            # that exception back unwrapped, as a plain context manager would.
-            errors = [e for e in group.exceptions if not isinstance(e, trio.Cancelled)]
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            if len(errors) == 1:
-                raise errors[0] from None
-            raise
+    ws: trio_websocket.WebSocketConnection | None = None
+    try:
+        async with (
+            trio_websocket.open_websocket_url(
+                url, connect_timeout=connect_timeout, max_message_size=max_message_size
+            ) as ws,
+            _run_client(ws, hello, connect_timeout, max_pending_events, heartbeat) as client,
+        ):
+            yield client
+    finally:
+        # trio-websocket 0.12 never closes a client's TCP stream when the server
+        # closed first (its aclose() returns early once a close reason is
+        # recorded), which leaks the socket. SocketStream.aclose is idempotent.
+        stream = getattr(ws, "_stream", None)
+        if stream is not None:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+
+@asynccontextmanager
+async def _run_client(
+    ws: trio_websocket.WebSocketConnection,
+    hello: dict[str, Any],
+    connect_timeout: float,
+    max_pending_events: float,
+    heartbeat: bool,
+) -> AsyncIterator[Client]:
+    """Handshake on ``ws``, then run the reader (and heartbeat) around the caller's block."""
+    client = Client(ws, max_pending_events)
+    with trio.fail_after(connect_timeout):
+        await client._handshake(hello)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client._read_frames)
+            if heartbeat:
+                interval = float(client.welcome.get("heartbeatMs", 20_000)) / 1000
+                nursery.start_soon(client._heartbeat, interval)
+            try:
+                yield client
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(connect_timeout):
+                    await client.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The background tasks end quietly, so the group holds what the
+        # caller's block raised (plus Cancelled when a task failed): hand
+        # that exception back unwrapped, as a plain context manager would.
+        errors = [e for e in group.exceptions if not isinstance(e, trio.Cancelled)]
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        if len(errors) == 1:
+            raise errors[0] from None
+        raise
 
 
 # --- Daemon layer (SPEC R-29, seed 002 §3.5-3.7) -------------------------------------------------
