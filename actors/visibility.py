@@ -62,13 +62,18 @@ def readable(
     owner = viewer.owner_member_id
     if author_id == owner:
         return Readable("owner")
-    for grant in ctx.grants:
-        if (
-            grant.owner_member_id == owner
-            and grant.grantee_member_id == author_id
-            and grant.covers(created_at)
-        ):
-            return Readable("grant", grant.id)
+    covering_grants = [
+        grant
+        for grant in ctx.grants
+        if grant.owner_member_id == owner
+        and grant.grantee_member_id == author_id
+        and grant.covers(created_at)
+    ]
+    if covering_grants:
+        # The SQL picks the earliest grant (created_at, then id): so must the twin,
+        # whatever order the context holds its grants in.
+        grant = min(covering_grants, key=lambda g: (g.created_at, g.id))
+        return Readable("grant", grant.id)
     author = ctx.members.get(author_id)
     if (
         author is not None

@@ -52,7 +52,7 @@ CROSS JOIN LATERAL (
           AND gr.created_at <= m.created_at
           AND (least(gr.revoked_at, gr.expires_at) IS NULL
                OR m.created_at < least(gr.revoked_at, gr.expires_at))
-        ORDER BY gr.created_at, gr.id
+        ORDER BY gr.created_at, gr.id COLLATE "C"
         LIMIT 1
     ) g ON true
     CROSS JOIN LATERAL (
