@@ -13,8 +13,10 @@ coalesces queued events into one frame) and routes each object:
 * a ``reply`` or ``error`` whose ``id`` matches an in-flight request wakes that
   request (ids are matched by their JSON encoding, so ``1`` and ``"1"`` differ
   as the protocol requires);
-* everything else — events, ``pong``, ``error`` with ``id`` null, replies to ids
-  nobody waits for — goes to the event queue, in arrival order, read with
+* a ``ping`` from the node with an ``id`` is answered with ``pong`` at once;
+* everything else — events, ``pong`` to a raw ``ping``, ``error`` with ``id``
+  null, replies to ids nobody waits for — goes to the event queue, in arrival
+  order, read with
   :meth:`Client.next_event`. Objects that arrived in the ``welcome`` frame are
   queued before the reader starts, so resume traffic is never lost.
 
@@ -85,9 +87,10 @@ class ProtocolViolation(Exception):
 class _Waiter:
     """One in-flight request: the reply frame, or None when the connection closed."""
 
-    __slots__ = ("done", "frame")
+    __slots__ = ("done", "frame", "op")
 
-    def __init__(self) -> None:
+    def __init__(self, op: Any) -> None:
+        self.op = op
         self.done = trio.Event()
         self.frame: dict[str, Any] | None = None
 
@@ -112,6 +115,7 @@ class Client:
         # Ids of requests whose caller was cancelled: their late replies are
         # dropped instead of surfacing as events.
         self._abandoned: set[bytes] = set()
+        self._pongs_due: list[Any] = []
         self._event_send, self._event_receive = trio.open_memory_channel[dict[str, Any]](math.inf)
         self._closed = trio.Event()
         self.welcome = {}
@@ -137,8 +141,10 @@ class Client:
     async def request_frame(self, frame: dict[str, Any]) -> dict[str, Any]:
         """Send ``frame`` (which must carry an ``id``) and return the whole answer.
 
-        The answer is the ``reply`` or ``error`` frame with the same id; an
-        ``error`` is returned, not raised.
+        The answer is the ``reply``, ``error`` (returned, not raised) or, for a
+        ``ping``, ``pong`` frame with the same id. Auto ids of :meth:`request`
+        are the integers from 1 up: ids of frames sent with :meth:`send_raw`
+        should not collide with those in flight.
         """
         if "id" not in frame or frame["id"] is None:
             raise ValueError("a request frame needs a non-null 'id'")
@@ -146,7 +152,7 @@ class Client:
         if key in self._waiters:
             raise ValueError(f"request id {frame['id']!r} is already in flight")
         self._raise_if_closed()
-        waiter = _Waiter()
+        waiter = _Waiter(frame.get("type"))
         self._waiters[key] = waiter
         try:
             await self._send_text(_encoder.encode(frame).decode())
@@ -283,10 +289,18 @@ class Client:
                 return CLOSE_PROTOCOL_ERROR, f"invalid JSON from server: {exc}"
             if not isinstance(obj, dict):
                 return CLOSE_PROTOCOL_ERROR, f"server sent a JSON {type(obj).__name__}"
-            if obj.get("type") in ("reply", "error") and obj.get("id") is not None:
+            kind = obj.get("type")
+            if kind == "ping" and obj.get("id") is not None:
+                self._pongs_due.append(obj["id"])  # the protocol obliges us to answer
+                continue
+            if kind in ("reply", "error", "pong") and obj.get("id") is not None:
                 key = _id_key(obj["id"])
                 waiter = self._waiters.get(key)
-                if waiter is not None and not waiter.done.is_set():
+                if (
+                    waiter is not None
+                    and not waiter.done.is_set()
+                    and (kind != "pong" or waiter.op == "ping")
+                ):
                     waiter.frame = obj
                     waiter.done.set()
                     continue
@@ -325,6 +339,7 @@ class Client:
         violation = self._route(rest)
         if violation is not None:
             await self._fail(*violation)
+        await self._answer_pings()
 
     async def _read_frames(self) -> None:
         while True:
@@ -337,6 +352,15 @@ class Client:
             if violation is not None:
                 await self._fail(*violation)
                 return
+            await self._answer_pings()
+
+    async def _answer_pings(self) -> None:
+        while self._pongs_due and not self._closed.is_set():
+            pong = {"type": "pong", "id": self._pongs_due.pop(0)}
+            try:
+                await self._ws.send_message(_encoder.encode(pong).decode())
+            except trio_websocket.ConnectionClosed as exc:
+                self._closed_error(exc)
 
     async def _fail(self, code: int, reason: str) -> None:
         self._mark_closed(code, reason)

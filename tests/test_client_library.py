@@ -43,6 +43,7 @@ class FakeNode:
     collected: list[dict[str, Any]] = field(default_factory=list)
     held: list[dict[str, Any]] = field(default_factory=list)
     hold_arrived: trio.Event = field(default_factory=trio.Event)
+    pong: dict[str, Any] | None = None
 
     async def handle(self, request: trio_websocket.WebSocketRequest) -> None:
         ws = await request.accept()
@@ -103,6 +104,12 @@ class FakeNode:
             case "release":
                 late = [reply(f, {"late": True}) for f in self.held]
                 await ws.send_message(encode(*late, reply(frame, {"released": len(late)})))
+            case "ping":
+                await ws.send_message(encode({"type": "pong", "id": frame["id"]}))
+            case "ping-me":
+                await ws.send_message(encode({"type": "ping", "id": "srv-1"}))
+                self.pong = msgspec.json.decode(await ws.get_message())
+                await ws.send_message(encode(reply(frame, {"pong": self.pong})))
             case "hang":
                 await ws.aclose(4503, "draining")
             case "garbage":
@@ -175,7 +182,7 @@ async def test_error_reply_raises_client_error(node: FakeNode) -> None:
         assert caught.value.details == {"scopeId": "scp_1"}
         assert caught.value.op == "fail"
         # The session lives on.
-        assert (await client.request("ping"))["echo"]["type"] == "ping"
+        assert (await client.request("scopes"))["echo"]["type"] == "scopes"
 
 
 async def test_request_frame_returns_error_frames_and_keeps_id_type(node: FakeNode) -> None:
@@ -326,3 +333,14 @@ async def use_then_raise(url: str, error: Exception) -> None:
     async with open_client(url, GOOD_TOKEN) as client:
         await client.request("scopes")
         raise error
+
+
+async def test_ping_answers(node: FakeNode) -> None:
+    async with open_client(node.url, GOOD_TOKEN) as client:
+        # A ping sent with request_frame returns its pong; a raw one queues it.
+        assert await client.request_frame({"type": "ping", "id": 9}) == {"type": "pong", "id": 9}
+        await client.send_raw(encode({"type": "ping", "id": "raw"}))
+        assert await client.next_event(timeout=5) == {"type": "pong", "id": "raw"}
+        # A ping from the node is answered by the client itself.
+        assert await client.request("ping-me") == {"pong": {"type": "pong", "id": "srv-1"}}
+        assert client.pending_events() == 0
