@@ -325,7 +325,14 @@ async def redeliver(session: Session) -> None:
     member = _member(session)
     async with session.services.pool.connection() as conn:
         pending = await outbox.pending_wakes(conn, member.id, session.settings.redeliver_limit)
-    for wake in pending:
+        allowed = []
+        for wake in pending:
+            reason = await outbox.wake_suppression(conn, wake.message.id, member.id)
+            if reason is None:
+                allowed.append(wake)
+            else:
+                await outbox.suppress(conn, wake.outbox_id, reason)
+    for wake in allowed:
         frame = Deliver(
             delivery_id=delivery_id(wake.message.id, member.id),
             agent_id=member.id,

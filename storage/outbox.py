@@ -84,6 +84,12 @@ SET status = 'failed', last_error = 'expired: retention', lease_owner = NULL,
     lease_expires_at = NULL
 WHERE status = 'pending' AND created_at < now() - %s
 """
+SUPPRESS = """
+UPDATE scope_fanout_outbox
+SET status = 'suppressed', suppressed_at = now(), suppression_reason = %s,
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE id = %s AND status IN ('pending', 'leased')
+"""
 STATUS_COUNTS = "SELECT status, count(*) FROM scope_fanout_outbox GROUP BY status"
 WAKE_STILL_ALLOWED = """
 SELECT
@@ -194,6 +200,11 @@ async def prune(conn: TrioConnection, retention: timedelta) -> int:
         expired = await conn.execute(EXPIRE_PENDING, (retention,))
         cur = await conn.execute(PRUNE, (retention,))
     return cur.rowcount + expired.rowcount
+
+
+async def suppress(conn: TrioConnection, outbox_id: int, reason: str) -> None:
+    with map_errors():
+        await conn.execute(SUPPRESS, (reason, outbox_id))
 
 
 async def status_counts(conn: TrioConnection) -> dict[str, int]:
