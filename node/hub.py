@@ -15,6 +15,7 @@ import structlog
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend
 from node.views import committed_message_view
+from node.wsframe import frame
 from protocol.codec import encode
 from protocol.frames import Deliver, MembershipEvent, MessageEvent
 
@@ -25,7 +26,7 @@ class LiveSession(Protocol):
     member_id: str
     is_daemon: bool
 
-    def deliver_event(self, scope_id: str, seq: int, payload: bytes) -> None: ...
+    def deliver_event(self, scope_id: str, seq: int, framed: bytes) -> None: ...
 
     def push(self, payload: bytes) -> None: ...
 
@@ -68,14 +69,14 @@ class Hub:
         delivered: list[str] = []
         for plan, commit in sends:
             view = committed_message_view(plan, commit)
-            payload = encode(MessageEvent(scope_id=scope_id, message=view))
+            framed = frame(encode(MessageEvent(scope_id=scope_id, message=view)))
             for member_id in plan.readers:
                 for session in self._sessions.get(member_id, ()):
-                    session.deliver_event(scope_id, commit.seq, payload)
+                    session.deliver_event(scope_id, commit.seq, framed)
                     self.events_published += 1
             delivered.append(f"rt:{commit.message_id}")
             for agent_id, reason in plan.wakes:
-                frame = Deliver(
+                wake_frame = Deliver(
                     delivery_id=delivery_id(commit.message_id, agent_id),
                     agent_id=agent_id,
                     target_key=scope_id,
@@ -83,7 +84,7 @@ class Hub:
                     reason=reason,
                     message=view,
                 )
-                wake = encode(frame)
+                wake = encode(wake_frame)
                 for session in self._sessions.get(agent_id, ()):
                     if session.is_daemon:
                         session.push(wake)

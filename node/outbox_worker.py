@@ -1,6 +1,6 @@
 """The outbox worker: retries and replays what the inline path did not finish.
 
-It leases due rows (``FOR UPDATE SKIP LOCKED``), re-checks suppression before
+It leases due rows (skipping rows other workers hold), re-checks suppression before
 every push, pushes to the sessions on this node, and reschedules with
 exponential backoff and jitter up to the row's ``max_attempts``. Delivered
 and dead rows are pruned after the retention period.
@@ -18,6 +18,7 @@ import trio
 
 from node.hub import Hub, delivery_id
 from node.views import stored_message_view
+from node.wsframe import frame
 from protocol.codec import encode
 from protocol.frames import Deliver, MessageEvent
 from storage import messages, outbox, scopes
@@ -177,6 +178,6 @@ class OutboxWorker:
                 )
                 if page.messages:
                     for session in sessions:
-                        session.deliver_event(row.scope_id, message.seq, payload)
+                        session.deliver_event(row.scope_id, message.seq, frame(payload))
                         self.pushed += 1
         await outbox.finish(conn, row, self._owner, "delivered")

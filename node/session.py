@@ -178,7 +178,7 @@ class Session:
                 if event.message_finished:
                     self._error(None, ErrorCode.BAD_FRAME, "binary frames are not accepted")
             elif isinstance(event, Ping):
-                self.outbound.push_control(frame(bytes(event.payload), OP_PONG))
+                self.outbound.push_frame(frame(bytes(event.payload), OP_PONG))
             elif isinstance(event, CloseConnection):
                 if self.close_code is None:
                     self.close(event.code, "peer closed")
@@ -301,9 +301,9 @@ class Session:
             self._inflight.release()
         held, self._held_live = self._held_live, []
         self._resuming = None
-        for scope_id, seq, payload in held:
+        for scope_id, seq, framed in held:
             if seq > sent.get(scope_id, -1):
-                self.push(payload)
+                self.outbound.push_frame(framed)
 
     # ------------------------------------------------------------ sends
 
@@ -344,11 +344,12 @@ class Session:
     def push(self, payload: bytes) -> None:
         self.outbound.push(payload)
 
-    def deliver_event(self, scope_id: str, seq: int, payload: bytes) -> None:
+    def deliver_event(self, scope_id: str, seq: int, framed: bytes) -> None:
+        """A framed ``message`` event (built once per broadcast)."""
         if self._resuming is not None and scope_id in self._resuming:
-            self._held_live.append((scope_id, seq, payload))
+            self._held_live.append((scope_id, seq, framed))
             return
-        self.outbound.push(payload)
+        self.outbound.push_frame(framed)
 
     def reply(self, request_id: int | str, op: str, result: Any) -> None:
         self.push(encode(Reply(id=request_id, op=op, result=result)))

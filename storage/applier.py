@@ -1,7 +1,7 @@
 """The Applier: the only writer of messages (SPEC R-10).
 
 One send is one statement: idempotency probe, the fenced bump of
-``scopes.latest_seq``, the workspace global seq, the message row, its search
+``scopes.latest_seq``, the global seq, the message row, its search
 document and its outbox rows, all in one CTE (half the cost of separate
 statements, measured). A batch from one actor runs its statements in one
 transaction; a fence miss or an idempotency hit anywhere rolls the whole
@@ -10,6 +10,7 @@ batch back and tells the actor to reload.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -28,8 +29,8 @@ from storage.pg import TrioConnection
 WAKE_RETRY_AFTER = timedelta(seconds=30)
 REPLAY_AFTER = timedelta(seconds=10)
 
-# The workspace row is locked last (scope row first, by the fenced UPDATE), and
-# only when the fence held, so a stale sender takes no workspace lock at all.
+# Only the scope row is locked (by the fenced UPDATE); the global seq comes
+# from a sequence, so sends to different scopes never wait for each other.
 SEND_MESSAGE = """
 WITH existing AS (
     SELECT id, seq, idempotency_payload_digest AS digest
@@ -38,31 +39,25 @@ WITH existing AS (
       AND author_member_id = %(author_id)s
       AND idempotency_subject_member_id = %(author_id)s
       AND client_message_id = %(client_message_id)s
-), workspace AS (
-    SELECT latest_global_seq FROM workspaces WHERE id = %(workspace_id)s FOR UPDATE
 ), bump AS (
     UPDATE scopes
     SET latest_seq = latest_seq + 1,
-        latest_global_seq = (SELECT latest_global_seq + 1 FROM workspace),
+        latest_global_seq = nextval('message_global_seq'),
         latest_message_at = %(created_at)s,
         updated_at = %(created_at)s
     WHERE id = %(scope_id)s
       AND latest_seq = %(expected_seq)s
       AND NOT EXISTS (SELECT 1 FROM existing)
     RETURNING latest_seq AS seq, latest_global_seq AS global_seq
-), global_seq AS (
-    UPDATE workspaces SET latest_global_seq = latest_global_seq + 1
-    WHERE id = %(workspace_id)s AND EXISTS (SELECT 1 FROM bump)
-    RETURNING latest_global_seq
 ), message AS (
     INSERT INTO scope_messages (
         id, workspace_id, scope_id, seq, workspace_global_seq, author_member_id, author_type,
         notify_principal_member_id, idempotency_subject_member_id, client_message_id,
         idempotency_payload_digest, message_type, content, metadata, created_at, updated_at)
-    SELECT %(message_id)s, %(workspace_id)s, %(scope_id)s, bump.seq, global_seq.latest_global_seq,
+    SELECT %(message_id)s, %(workspace_id)s, %(scope_id)s, bump.seq, bump.global_seq,
         %(author_id)s, %(author_type)s, %(author_id)s, %(author_id)s, %(client_message_id)s,
         %(digest)s, %(message_type)s, %(content)s, %(metadata)s, %(created_at)s, %(created_at)s
-    FROM bump, global_seq
+    FROM bump
     RETURNING id, seq, workspace_global_seq
 ), search_doc AS (
     INSERT INTO scope_message_search_docs
@@ -147,3 +142,56 @@ async def apply_sends(conn: TrioConnection, plans: Sequence[MessagePlan]) -> lis
             return [await _send_one(conn, plans[0])]
         async with conn.transaction():
             return [await _send_one(conn, plan) for plan in plans]
+
+
+# --------------------------------------------------------------- bench baseline
+# The bench measures "the same writes the Applier makes, through the same
+# driver, no node": the send statement with server-generated ids and the
+# fence comparing the row with itself (each worker owns its scope).
+_BASELINE_SQL = (
+    SEND_MESSAGE.replace("%(message_id)s", "'msg_' || replace(gen_random_uuid()::text, '-', '')")
+    .replace("%(created_at)s", "now()")
+    .replace("latest_seq = %(expected_seq)s", "latest_seq = latest_seq")
+    .replace("o.dedupe_key,", "'rt:' || message.id,")
+)
+_BASELINE_NAMES = re.findall(r"%\((\w+)\)s", _BASELINE_SQL)
+RAW_SEND_BASELINE_SQL = re.sub(r"%\((\w+)\)s", "%s", _BASELINE_SQL)
+
+
+async def prepare_baseline(conn: TrioConnection) -> tuple[Any, ...]:
+    """Parameters for one baseline worker: its own workspace, member and scope."""
+    from actors.model import MemberType
+    from storage import directory, schema, scopes
+
+    cur = await conn.execute("SELECT to_regclass('scope_messages') IS NOT NULL")
+    row = await cur.fetchone()
+    if not (row and row[0]):
+        for migration in schema.migrations():
+            await conn.execute(migration.sql.encode())
+        await conn.execute(schema.CREATE_BOOKKEEPING)
+    workspace_id = await directory.create_workspace(conn, "bench-baseline")
+    author = await directory.create_member(
+        conn, workspace_id=workspace_id, type_=MemberType.AGENT, handle="baseline"
+    )
+    scope_id = await scopes.create_channel(
+        conn, creator=author, slug="baseline", name="baseline", visibility="public", description=""
+    )
+    values = {
+        "scope_id": scope_id,
+        "workspace_id": workspace_id,
+        "author_id": author.id,
+        "author_type": "agent",
+        "client_message_id": None,
+        "digest": None,
+        "message_type": "text",
+        "content": "x" * 200,
+        "metadata": Jsonb({}),
+        "fanout_types": ["realtime"],
+        "policies": ["inline_ordinary"],
+        "targets": [None],
+        "dedupe_keys": [None],
+        "reasons": [None],
+        "wake_retry_after": WAKE_RETRY_AFTER,
+        "replay_after": REPLAY_AFTER,
+    }
+    return tuple(values[name] for name in _BASELINE_NAMES)

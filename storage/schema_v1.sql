@@ -3,14 +3,18 @@
 -- catalog with a scratch copy built from these same statements.
 
 CREATE EXTENSION IF NOT EXISTS btree_gist;
-CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
 CREATE TABLE workspaces (
     id text PRIMARY KEY CHECK (id LIKE 'ws\_%'),
     name text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
-    latest_global_seq bigint NOT NULL DEFAULT 0 CHECK (latest_global_seq >= 0),
     created_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- Workspace global seqs come from one sequence: unique and increasing in
+-- allocation order within every workspace, with gaps (a rolled-back send
+-- burns its number). A per-workspace counter row would serialise every commit
+-- of a workspace on one row lock.
+CREATE SEQUENCE message_global_seq AS bigint;
 
 CREATE TABLE members (
     id text PRIMARY KEY CHECK (id LIKE 'mem\_%'),
@@ -272,8 +276,6 @@ CREATE TABLE scope_message_search_docs (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX scope_message_search_docs_scope_idx ON scope_message_search_docs (scope_id, seq);
-CREATE INDEX scope_message_search_docs_trgm_idx ON scope_message_search_docs
-    USING gin (body gin_trgm_ops);
 
 CREATE TABLE scope_message_search_state (
     workspace_id text NOT NULL REFERENCES workspaces (id),
