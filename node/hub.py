@@ -26,9 +26,11 @@ class LiveSession(Protocol):
     member_id: str
     is_daemon: bool
 
-    def deliver_event(self, scope_id: str, seq: int, framed: bytes) -> None: ...
+    def deliver_events(self, scope_id: str, events: list[tuple[int, bytes]]) -> None: ...
 
     def push(self, payload: bytes) -> None: ...
+
+    def push_frame(self, framed: bytes) -> None: ...
 
 
 def delivery_id(message_id: str, agent_id: str) -> str:
@@ -66,28 +68,43 @@ class Hub:
     def publish_messages(
         self, scope_id: str, sends: Sequence[tuple[MessagePlan, CommittedSend]]
     ) -> None:
+        """Queue each committed message on its readers' sessions, framed once.
+
+        A batch (group commit) goes to a session as one write.
+        """
         delivered: list[str] = []
+        batches: dict[LiveSession, list[tuple[int, bytes]]] = {}
+        wakes: list[tuple[LiveSession, bytes]] = []
         for plan, commit in sends:
             view = committed_message_view(plan, commit)
             framed = frame(encode(MessageEvent(scope_id=scope_id, message=view)))
             for member_id in plan.readers:
                 for session in self._sessions.get(member_id, ()):
-                    session.deliver_event(scope_id, commit.seq, framed)
-                    self.events_published += 1
+                    batches.setdefault(session, []).append((commit.seq, framed))
             delivered.append(f"rt:{commit.message_id}")
             for agent_id, reason in plan.wakes:
-                wake_frame = Deliver(
-                    delivery_id=delivery_id(commit.message_id, agent_id),
-                    agent_id=agent_id,
-                    target_key=scope_id,
-                    target_seq=commit.seq,
-                    reason=reason,
-                    message=view,
+                wake = frame(
+                    encode(
+                        Deliver(
+                            delivery_id=delivery_id(commit.message_id, agent_id),
+                            agent_id=agent_id,
+                            target_key=scope_id,
+                            target_seq=commit.seq,
+                            reason=reason,
+                            message=view,
+                        )
+                    )
                 )
-                wake = encode(wake_frame)
-                for session in self._sessions.get(agent_id, ()):
-                    if session.is_daemon:
-                        session.push(wake)
+                wakes.extend(
+                    (session, wake)
+                    for session in self._sessions.get(agent_id, ())
+                    if session.is_daemon
+                )
+        for session, events in batches.items():
+            session.deliver_events(scope_id, events)
+            self.events_published += len(events)
+        for session, wake in wakes:
+            session.push_frame(wake)
         self._on_delivered(delivered)
 
     def publish_membership(

@@ -178,6 +178,6 @@ class OutboxWorker:
                 )
                 if page.messages:
                     for session in sessions:
-                        session.deliver_event(row.scope_id, message.seq, frame(payload))
+                        session.deliver_events(row.scope_id, [(message.seq, frame(payload))])
                         self.pushed += 1
         await outbox.finish(conn, row, self._owner, "delivered")

@@ -344,11 +344,17 @@ class Session:
     def push(self, payload: bytes) -> None:
         self.outbound.push(payload)
 
-    def deliver_event(self, scope_id: str, seq: int, framed: bytes) -> None:
-        """A framed ``message`` event (built once per broadcast)."""
+    def deliver_events(self, scope_id: str, events: list[tuple[int, bytes]]) -> None:
+        """Framed ``message`` events (seq, bytes) of one scope, sent as one write."""
         if self._resuming is not None and scope_id in self._resuming:
-            self._held_live.append((scope_id, seq, framed))
+            self._held_live.extend((scope_id, seq, framed) for seq, framed in events)
             return
+        if len(events) == 1:
+            self.outbound.push_frame(events[0][1])
+        else:
+            self.outbound.push_frame(b"".join(framed for _, framed in events))
+
+    def push_frame(self, framed: bytes) -> None:
         self.outbound.push_frame(framed)
 
     def reply(self, request_id: int | str, op: str, result: Any) -> None:

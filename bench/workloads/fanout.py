@@ -50,7 +50,7 @@ def reader_targets(
 
 
 async def run(
-    env: Env, *, readers: int, messages: int, rate: float, sample_every: int
+    env: Env, *, readers: int, messages: int, rate: float, sample_every: int, window: int = 1
 ) -> WorkloadResult:
     ws = await env.workspace("bench-fanout")
     [sender] = await env.members(ws, "human", "bench-fan-sender", 1)
@@ -83,19 +83,31 @@ async def run(
             t_first = time.monotonic_ns()
             t0 = trio.current_time()
             interval = 1.0 / rate if rate > 0 else 0.0
-            for i in range(messages):
-                t = time.monotonic_ns()
-                start = time.perf_counter_ns()
-                await s.request(
-                    "send",
-                    target=f"scope:{scope}",
-                    content=f"{mark(t)} {CONTENT_PAD}",
-                    clientMessageId=f"fan-{env.seed}-{i}",
-                )
-                send_lat.record_ns(time.perf_counter_ns() - start)
-                env.progress.update(pool.progress_events)
-                if interval:
-                    await trio.sleep_until(t0 + (i + 1) * interval)
+            # Up to `window` sends in flight, like the baselines' burst: the
+            # node can then commit and fan out several messages per write.
+            in_flight = trio.Semaphore(max(window, 1))
+
+            async def send_one(i: int) -> None:
+                try:
+                    t = time.monotonic_ns()
+                    start = time.perf_counter_ns()
+                    await s.request(
+                        "send",
+                        target=f"scope:{scope}",
+                        content=f"{mark(t)} {CONTENT_PAD}",
+                        clientMessageId=f"fan-{env.seed}-{i}",
+                    )
+                    send_lat.record_ns(time.perf_counter_ns() - start)
+                    env.progress.update(pool.progress_events)
+                finally:
+                    in_flight.release()
+
+            async with trio.open_nursery() as senders:
+                for i in range(messages):
+                    await in_flight.acquire()
+                    senders.start_soon(send_one, i)
+                    if interval:
+                        await trio.sleep_until(t0 + (i + 1) * interval)
             final = await _wait_result(env, pool)
         finally:
             pool.stop()
@@ -105,6 +117,7 @@ async def run(
     results = summarize(plan, final, t_first)
     results["send_reply_latency"] = send_lat.summary()
     results["rate"] = rate
+    results["window"] = window
     final.latency.name = "fanout_delivery"
     return WorkloadResult(results, cpu, [final.latency, send_lat])
 
