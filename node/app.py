@@ -99,9 +99,10 @@ async def serve_node(
         services.worker = worker
         nursery.start_soon(worker.run)
         listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
-        nursery.start_soon(
-            partial(trio.serve_listeners, partial(handle_connection, services), listeners)
-        )
+        # Connections live in the node's nursery, so that draining can stop
+        # the accept loop (cancel, then close the listeners) and keep sessions.
+        accepting = trio.CancelScope()
+        nursery.start_soon(_accept, accepting, services, listeners, nursery)
         services.port = listeners[0].socket.getsockname()[1]
         await first_run(services, settings.data_dir)
         services.ready = True
@@ -109,7 +110,7 @@ async def serve_node(
         log.info("node_ready", node_id=node_id, url=f"ws://{settings.host}:{port}/v1/ws")
         task_status.started(services)
         await _wait_for_signal()
-        await drain(services, listeners)
+        await drain(services, listeners, accepting)
         await marker.flush()
         nursery.cancel_scope.cancel()
 
@@ -121,10 +122,27 @@ async def _wait_for_signal() -> None:
             return
 
 
-async def drain(services: Services, listeners: Sequence[trio.SocketListener]) -> None:
+async def _accept(
+    accepting: trio.CancelScope,
+    services: Services,
+    listeners: Sequence[trio.SocketListener],
+    handler_nursery: trio.Nursery,
+) -> None:
+    with accepting:
+        await trio.serve_listeners(
+            partial(handle_connection, services), list(listeners), handler_nursery=handler_nursery
+        )
+
+
+async def drain(
+    services: Services, listeners: Sequence[trio.SocketListener], accepting: trio.CancelScope
+) -> None:
     """Stop accepting, close sessions with 4503, let actors finish what they hold."""
     services.draining = True
     services.registry.draining = True
+    # Closing a listener under a pending accept() would crash the accept loop
+    # (ClosedResourceError) and with it the node: cancel the loop first.
+    accepting.cancel()
     for listener in listeners:
         await listener.aclose()
     for session in list(services.sessions):

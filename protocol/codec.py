@@ -17,6 +17,7 @@ from protocol.frames import CLIENT_FRAME_TYPES, ClientFrame, ErrorFrame
 _decoder: msgspec.json.Decoder[ClientFrame] = msgspec.json.Decoder(ClientFrame)
 _encoder = msgspec.json.Encoder()
 _PATH = re.compile(r"at `(\$[^`]*)`")
+_MISSING = re.compile(r"missing required field `([^`]+)`")
 
 
 class _Envelope(msgspec.Struct):
@@ -52,13 +53,13 @@ def _diagnose(data: bytes | str, exc: msgspec.ValidationError) -> FrameError:
     request_id = envelope.id
     if isinstance(request_id, bool) or not isinstance(request_id, int | str):
         request_id = None
-    match = _PATH.search(str(exc))
-    return FrameError(
-        ErrorCode.VALIDATION_FAILED,
-        str(exc),
-        request_id=request_id,
-        path=match.group(1) if match else None,
-    )
+    message = str(exc)
+    match = _PATH.search(message)
+    path = match.group(1) if match else None
+    if missing := _MISSING.search(message):
+        # msgspec gives the path of the object missing it (none at the top level).
+        path = f"{path or '$'}.{missing.group(1)}"
+    return FrameError(ErrorCode.VALIDATION_FAILED, message, request_id=request_id, path=path)
 
 
 def encode(frame: Any) -> bytes:
