@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from actors.model import Member, MemberType, NotificationState
 from actors.scope_actor import RosterCommand
 from node.hub import delivery_id, wake_dedupe_key
@@ -148,7 +150,13 @@ async def resume(session: Session, resume_from: dict[str, int]) -> dict[str, int
             )
         for readable in page.messages:
             view = stored_message_view(readable.message)
-            session.push(encode(MessageEvent(scope_id=scope_id, message=view)))
+            payload = encode(MessageEvent(scope_id=scope_id, message=view))
+            # Paced by the writer: a burst of up to 200 messages must not close
+            # a reading client as a slow consumer. A client that does not read
+            # at all is still closed (the queue stays over the cap).
+            with trio.move_on_after(session.settings.slow_consumer_grace):
+                await session.outbound.wait_for_room(len(payload))
+            session.push(payload)
             sent[scope_id] = readable.message.seq
         states[scope_id] = ResumeState(latest_seq=latest, has_more=page.has_more)
     session.push(encode(Resumed(scopes=states)))
