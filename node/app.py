@@ -98,6 +98,7 @@ async def serve_node(
         worker = OutboxWorker(pool, hub, node_id, settings.outbox, metrics.set_outbox_states)
         services.worker = worker
         nursery.start_soon(worker.run)
+        nursery.start_soon(sweep_sessions, services)
         listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
         # Connections live in the node's nursery, so that draining can stop
         # the accept loop (cancel, then close the listeners) and keep sessions.
@@ -113,6 +114,16 @@ async def serve_node(
         await drain(services, listeners, accepting)
         await marker.flush()
         nursery.cancel_scope.cancel()
+
+
+async def sweep_sessions(services: Services) -> None:
+    """Heartbeat, hello and slow-consumer deadlines for every session, from one task."""
+    period = min(1.0, services.settings.slow_consumer_grace / 4)
+    while True:
+        await trio.sleep(period)
+        now = trio.current_time()
+        for session in list(services.sessions):
+            session.check(now)
 
 
 async def _wait_for_signal() -> None:

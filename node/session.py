@@ -72,9 +72,12 @@ class Session:
         self.is_daemon = False
         self.capabilities: frozenset[str] = frozenset()
         self.outbound = Outbound(
+            stream,
             cap_bytes=self.settings.outbound_cap_bytes,
             grace=self.settings.slow_consumer_grace,
             on_overflow=self._overflow,
+            spawn_writer=self._spawn_writer,
+            on_done=self._outbound_done,
         )
         self._last_received = trio.current_time()
         self._resuming: dict[str, int] | None = None
@@ -86,6 +89,7 @@ class Session:
         self._cancel = trio.CancelScope()
         self._closed = trio.Event()
         self._started = trio.current_time()
+        self._deadline: float | None = None
         self.close_code: int | None = None
 
     # ------------------------------------------------------------ lifecycle
@@ -94,8 +98,6 @@ class Session:
         with self._cancel:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._write)
-                nursery.start_soon(self._watchdog)
                 try:
                     await self._read_loop()
                 finally:
@@ -106,14 +108,13 @@ class Session:
                     await self._closed.wait()
                 nursery.cancel_scope.cancel()
 
-    async def _write(self) -> None:
-        try:
-            await self.outbound.serve(self.stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            self._closed.set()
-            self._cancel.cancel()
+    def _spawn_writer(self) -> None:
+        self._nursery.start_soon(self.outbound.write_queued)
+
+    def _outbound_done(self) -> None:
+        """The close frame went out, or the peer is gone: end the session."""
+        self._closed.set()
+        self._cancel.cancel()
 
     def close(self, code: int, reason: str, *, discard: bool = False) -> None:
         if self.close_code is None:
@@ -126,29 +127,27 @@ class Session:
         self.outbound.close(data, discard=discard)
 
     def _overflow(self) -> None:
+        if self.close_code is not None:
+            return
         log.info("slow_consumer_closed", queued=self.outbound.queued_bytes)
         self.close(CloseCode.SLOW_CONSUMER, "slow consumer: reconnect and resume", discard=True)
-        self._nursery.start_soon(self._force_close_after, 1.0)
+        # A peer that reads nothing will not take the close frame either.
+        self._deadline = trio.current_time() + 1.0
 
-    async def _force_close_after(self, delay: float) -> None:
-        await trio.sleep(delay)
-        self._cancel.cancel()
-
-    async def _watchdog(self) -> None:
-        limit = 3 * self.settings.heartbeat_ms / 1000
-        period = min(1.0, self.settings.slow_consumer_grace / 4)
-        while True:
-            await trio.sleep(period)
-            now = trio.current_time()
-            if self.member is None and now - self._started > self.settings.hello_timeout:
-                self.close(CloseCode.UNAUTHENTICATED, "no hello")
-                return
-            if now - self._last_received > limit:
-                self.close(CloseCode.HEARTBEAT_TIMEOUT, "heartbeat timeout")
-                return
-            if self.outbound.overdue():
-                self._overflow()
-                return
+    def check(self, now: float) -> None:
+        """Periodic checks, run by the node's sweeper (no task per session)."""
+        if self._deadline is not None and now > self._deadline:
+            self._cancel.cancel()
+            return
+        if self.close_code is not None:
+            return
+        if self.member is None and now - self._started > self.settings.hello_timeout:
+            self.close(CloseCode.UNAUTHENTICATED, "no hello")
+        elif now - self._last_received > 3 * self.settings.heartbeat_ms / 1000:
+            self.close(CloseCode.HEARTBEAT_TIMEOUT, "heartbeat timeout")
+            self._deadline = now + 2.0
+        elif self.outbound.overdue(now):
+            self._overflow()
 
     # ------------------------------------------------------------ inbound
 
