@@ -7,12 +7,14 @@ else is answered by :mod:`node.http` and closed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 import h11
 import structlog
 import trio
 from wsproto import ConnectionType, WSConnection
+from wsproto.connection import Connection
 from wsproto.events import AcceptConnection, RejectConnection, Request
 
 from actors.ids import new_id
@@ -38,7 +40,24 @@ async def handle_connection(services: Services, stream: trio.SocketStream) -> No
             await stream.aclose()
 
 
+@dataclass(frozen=True, slots=True)
+class Upgrade:
+    """What a session keeps of its HTTP upgrade: the frame-level connection only."""
+
+    connection: Connection
+    workspace: str | None
+
+
 async def _handle(services: Services, stream: trio.SocketStream) -> None:
+    # The HTTP parser and the handshake live only in _accept's frame, so an idle
+    # session does not keep them alive.
+    upgrade = await _accept(services, stream)
+    if upgrade is not None:
+        await _run_session(services, stream, upgrade)
+
+
+async def _accept(services: Services, stream: trio.SocketStream) -> Upgrade | None:
+    """Read the request head; answer plain HTTP, or complete a WebSocket upgrade."""
     http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
     request = None
     with trio.move_on_after(HEAD_TIMEOUT):
@@ -48,26 +67,30 @@ async def _handle(services: Services, stream: trio.SocketStream) -> None:
                 data = await stream.receive_some(65536)
                 http.receive_data(data)
                 if not data:
-                    return
+                    return None
             elif isinstance(event, h11.Request):
                 request = event
             else:
-                return
+                return None
     if request is None:
-        return
+        return None
     headers = {k.lower(): v for k, v in request.headers}
     target = urlsplit(request.target.decode("latin-1"))
     if target.path == "/v1/ws" and b"websocket" in headers.get(b"upgrade", b"").lower():
         if services.draining or not services.ready:
             await _plain(stream, 503, "text/plain", b"draining\n")
-            return
+            return None
         http.next_event()  # PAUSED: the rest of the bytes belong to WebSocket
+        connection = await _handshake(stream, request)
+        if connection is None:
+            return None
         trailing = http.trailing_data[0]
-        workspace = parse_qs(target.query).get("workspace", [None])[0]
-        await _websocket(services, stream, request, trailing, workspace)
-        return
+        if trailing:
+            connection.receive_data(trailing)
+        return Upgrade(connection, parse_qs(target.query).get("workspace", [None])[0])
     status, content_type, body = await respond(services, request)
     await _plain(stream, status, content_type, body, head_only=request.method == b"HEAD")
+    return None
 
 
 async def _plain(
@@ -87,32 +110,31 @@ async def _plain(
     await stream.send_all(head if head_only else head + body)
 
 
-async def _websocket(
-    services: Services,
-    stream: trio.SocketStream,
-    request: h11.Request,
-    trailing: bytes,
-    workspace: str | None,
-) -> None:
+async def _handshake(stream: trio.SocketStream, request: h11.Request) -> Connection | None:
     ws = WSConnection(ConnectionType.SERVER)
     ws.initiate_upgrade_connection(list(request.headers), request.target)
-    accepted = False
     for event in ws.events():
         if isinstance(event, Request):
             # permessage-deflate stays off: frames are built once for every reader.
             await stream.send_all(ws.send(AcceptConnection()))
-            accepted = True
-    if not accepted:
-        await stream.send_all(ws.send(RejectConnection(status_code=400)))
-        return
+            return ws.connection
+    await stream.send_all(ws.send(RejectConnection(status_code=400)))
+    return None
+
+
+async def _run_session(services: Services, stream: trio.SocketStream, upgrade: Upgrade) -> None:
     session_id = new_id("ses")
     services.metrics.sessions_opened += 1
-    session = Session(services, stream, ws, workspace_param=workspace, session_id=session_id)
+    session = Session(
+        services,
+        stream,
+        upgrade.connection,
+        workspace_param=upgrade.workspace,
+        session_id=session_id,
+    )
     services.sessions.add(session)
     try:
         with structlog.contextvars.bound_contextvars(session_id=session_id):
-            if trailing:
-                ws.receive_data(trailing)
             await session.run()
     finally:
         services.sessions.discard(session)

@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 import trio
-from wsproto import WSConnection
+from wsproto.connection import Connection
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
@@ -52,11 +52,38 @@ class SessionClosed(Exception):
 
 
 class Session:
+    __slots__ = (
+        "_cancel",
+        "_closed",
+        "_deadline",
+        "_held_live",
+        "_inflight",
+        "_last_received",
+        "_nursery",
+        "_oversized",
+        "_resuming",
+        "_started",
+        "_text_parts",
+        "_text_size",
+        "capabilities",
+        "close_code",
+        "is_daemon",
+        "member",
+        "member_id",
+        "outbound",
+        "services",
+        "session_id",
+        "settings",
+        "stream",
+        "workspace_param",
+        "ws",
+    )
+
     def __init__(
         self,
         services: Services,
         stream: trio.SocketStream,
-        ws: WSConnection,
+        ws: Connection,
         *,
         workspace_param: str | None,
         session_id: str,
