@@ -27,6 +27,7 @@ class Outbound:
         "_closing",
         "_fd",
         "_grace",
+        "_head_partial",
         "_on_done",
         "_on_overflow",
         "_over_since",
@@ -54,6 +55,8 @@ class Outbound:
         self._stream = stream
         self._fd = stream.socket.fileno()
         self._queue: list[bytes] = []
+        # The first queued item is the tail of a frame whose head is on the wire.
+        self._head_partial = False
         self._size = 0
         self._cap = cap_bytes
         self._grace = grace
@@ -81,9 +84,11 @@ class Outbound:
         if self.closed or self.broken or self._closing is not None:
             return
         if not self._writer_running:
-            data = self._write_now(data)
-            if not data:
+            rest = self._write_now(data)
+            if not rest:
                 return
+            self._head_partial = len(rest) < len(data)
+            data = rest
         self._queue.append(data)
         self._size += len(data)
         if self._size > self._cap:
@@ -119,8 +124,10 @@ class Outbound:
         if self._closing is not None or self.closed or self.broken:
             return
         if discard:
-            self._queue.clear()
-            self._size = 0
+            # Keep the tail of a partly written frame: the close frame must
+            # start on a frame boundary or the client reads garbage.
+            self._queue = self._queue[:1] if self._head_partial else []
+            self._size = sum(map(len, self._queue))
         self._closing = close_frame
         self._ensure_writer()
 
@@ -149,6 +156,7 @@ class Outbound:
         try:
             while self._queue or self._closing is not None:
                 chunks, self._queue = self._queue, []
+                self._head_partial = False
                 self._size = 0
                 closing = self._closing
                 if closing is not None:
