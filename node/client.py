@@ -27,6 +27,10 @@ that is not a JSON object is a protocol violation: the client closes with 1002
 and reports it the same way.
 
 Requests carry no built-in timeout; callers wrap them in ``trio.fail_after``.
+
+Agent daemons use :func:`open_daemon` instead: a :class:`DaemonClient` around
+the session keeps the per-targetKey observed frontier, sends with freshness,
+and suppresses stale deliveries before any wake (see "Daemon layer" below).
 """
 
 from __future__ import annotations
@@ -34,15 +38,29 @@ from __future__ import annotations
 import itertools
 import math
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
+import structlog
 import trio
 import trio_websocket
 
-__all__ = ["Client", "ClientError", "ConnectionClosed", "ProtocolViolation", "open_client"]
+__all__ = [
+    "Client",
+    "ClientError",
+    "ConnectionClosed",
+    "DaemonClient",
+    "Delivery",
+    "Frontier",
+    "ProtocolViolation",
+    "chunk_client_message_id",
+    "open_client",
+    "open_daemon",
+]
 
 # Client-side close codes (RFC 6455): the server broke the protocol; we gave up
 # on an event queue nobody reads.
@@ -465,13 +483,434 @@ async def _run_client(
         raise
 
 
-# --- Daemon layer (SPEC R-29, seed 002 §3.5-3.7) -------------------------------------------------
+# --- Daemon layer (SPEC R-29, seed 002 §2.4-2.5, §3.5-3.9) --------------------------------------
 #
-# Reserved. Agent daemons will wrap a `Client` (composition, not inheritance)
-# in a separate class that keeps, per targetKey, the observed frontier
-# (advanced only at runtime-visible boundaries: history `coversThroughSeq`,
-# delivered messages actually shown to the runtime), the latest known refresh
-# hint from `held` / `partial_held` results, acknowledges `deliver` events with
-# `ack`, and suppresses stale deliveries before any wake. It consumes events
-# through `Client.next_event` and sends through `Client.request`, so nothing in
-# the transport layer above needs to change.
+# Agent daemons wrap a `Client` (composition, not inheritance) in a
+# `DaemonClient`. It keeps, per targetKey, the observed frontier — the highest
+# target seq the agent *runtime* has actually seen — and the latest-known
+# refresh hint. Observed advances, high-water only, at runtime-visible
+# boundaries: a delivery handed to the runtime (`handed_to_runtime`), `history`
+# coverage (`read_history`) and the agent's own accepted sends. Receiving a
+# `deliver` frame or a `message` event, a `held` result or a search hit does
+# not advance it.
+#
+# Stale-delivery suppression (§3.6.1) runs in `next_wake`, the one entry by
+# which deliveries reach the runtime, when a delivery is dequeued rather than
+# when it arrives: one that waited in the local queue while `read_history`
+# covered it is stale by the time it would wake the runtime. A stale delivery
+# is acknowledged (so the node never redelivers it) and dropped, with a log
+# line, before any wake.
+
+log = structlog.get_logger(__name__)
+
+DAEMON_CAPABILITIES = ("freshness", "ack")
+_ACCEPTED_STATES = ("sent", "already_sent")
+
+
+def _seq(value: Any) -> int | None:
+    """``value`` as a target seq, or None when it is not one (bools are not seqs)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+class Frontier:
+    """Per-targetKey observed frontier (seed 002 §2.4) and latest-known refresh hint (§2.5).
+
+    Pure bookkeeping, no I/O. Both values are high-water marks and start at 0.
+    The frontier belongs to the agent runtime, not to one WebSocket session:
+    hand the same instance to every :func:`open_daemon` for as long as the
+    runtime's context lives.
+    """
+
+    __slots__ = ("_latest", "_observed")
+
+    def __init__(self) -> None:
+        self._observed: dict[str, int] = {}
+        self._latest: dict[str, int] = {}
+
+    def observed(self, target_key: str) -> int:
+        """The highest target seq of ``target_key`` the runtime has seen (0: none)."""
+        return self._observed.get(target_key, 0)
+
+    def latest_known(self, target_key: str) -> int:
+        """The newest target seq the daemon has heard of; never below :meth:`observed`."""
+        return max(self._latest.get(target_key, 0), self.observed(target_key))
+
+    def needs_refresh(self, target_key: str) -> bool:
+        """The node reported messages in ``target_key`` that the runtime has not seen."""
+        return self.latest_known(target_key) > self.observed(target_key)
+
+    def advance(self, target_key: str, seq: int) -> None:
+        """A runtime-visible boundary covered ``seq``: raise observed to it (never lowers)."""
+        if seq > self._observed.get(target_key, 0):
+            self._observed[target_key] = seq
+
+    def hint(self, target_key: str, latest_seq: int) -> None:
+        """The node reported ``latest_seq`` (``held``, ``partial_held``): remember it.
+
+        A hint never advances observed: the runtime has not seen those messages.
+        """
+        if latest_seq > self._latest.get(target_key, 0):
+            self._latest[target_key] = latest_seq
+
+    def is_stale(self, target_key: str, target_seq: int) -> bool:
+        """A delivery at ``target_seq`` is stale once the runtime has seen that far."""
+        return target_seq <= self.observed(target_key)
+
+    def __repr__(self) -> str:
+        keys = sorted(self._observed.keys() | self._latest.keys())
+        parts = (f"{k}: {self.observed(k)}/{self.latest_known(k)}" for k in keys)
+        return f"Frontier({', '.join(parts)})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Delivery:
+    """One ``deliver`` event (PROTOCOL.md, Server events)."""
+
+    delivery_id: str
+    agent_id: str
+    target_key: str
+    target_seq: int
+    reason: str
+    message: dict[str, Any]
+
+    @property
+    def message_id(self) -> str:
+        return str(self.message.get("id", ""))
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> Delivery:
+        """Parse a ``deliver`` event; raises ``ValueError`` if a field is missing or mistyped."""
+        delivery_id = event.get("deliveryId")
+        target_key = event.get("targetKey")
+        target_seq = _seq(event.get("targetSeq"))
+        message = event.get("message")
+        if (
+            not isinstance(delivery_id, str)
+            or not isinstance(target_key, str)
+            or target_seq is None
+            or not isinstance(message, dict)
+        ):
+            raise ValueError(f"malformed deliver event: {dict(event)!r}")
+        return cls(
+            delivery_id=delivery_id,
+            agent_id=str(event.get("agentId", "")),
+            target_key=target_key,
+            target_seq=target_seq,
+            reason=str(event.get("reason", "")),
+            message=message,
+        )
+
+
+def chunk_client_message_id(client_message_id: str, index: int) -> str:
+    """The deterministic ``clientMessageId`` of row ``index`` of a chunked send (§3.9)."""
+    return f"{client_message_id}.{index}"
+
+
+class DaemonClient:
+    """An agent daemon's session: deliveries, acks and fresh sends. Use :func:`open_daemon`.
+
+    Read deliveries with :meth:`next_wake` and every other event with
+    :meth:`next_event`; each keeps what it is not after for the other, so
+    nothing is lost. Do not read events from the wrapped :attr:`client`
+    directly (deliveries would bypass suppression). Other requests may go
+    through :attr:`client`; sends and history should go through :meth:`send`
+    and :meth:`read_history`, which keep :attr:`frontier`.
+    """
+
+    client: Client
+    frontier: Frontier
+    suppressed: list[dict[str, Any]]
+
+    def __init__(self, client: Client, frontier: Frontier | None = None) -> None:
+        self.client = client
+        self.frontier = Frontier() if frontier is None else frontier
+        # One record per suppressed delivery, oldest first (the fields of the log line).
+        self.suppressed = []
+        self._deliveries: deque[Delivery] = deque()
+        self._events: deque[dict[str, Any]] = deque()
+        # Returned by next_wake, not yet acknowledged: a repeated push of one of
+        # these (the outbox retries unacknowledged deliveries) must not wake again.
+        self._outstanding: set[str] = set()
+
+    # --- deliveries -----------------------------------------------------------
+
+    async def next_wake(self, timeout: float | None = None) -> Delivery:
+        """The next delivery to wake the runtime for, in arrival order.
+
+        On the way, a stale delivery (``targetSeq`` at or below the observed
+        frontier of its targetKey) is acknowledged and dropped without a wake,
+        and a repeat of a delivery already returned and not yet acknowledged is
+        dropped. The returned delivery is not observed yet: call
+        :meth:`handed_to_runtime` once the runtime has the message, then
+        :meth:`ack`. Raises ``trio.TooSlowError`` after ``timeout`` seconds and
+        :class:`ConnectionClosed` once the connection closed and no delivery
+        remains. Cancellation loses nothing: a delivery being suppressed when
+        cancelled is checked again by the next call.
+        """
+        with trio.fail_after(math.inf if timeout is None else timeout):
+            while True:
+                if self._deliveries:
+                    delivery = self._deliveries.popleft()
+                else:
+                    self._sort(await self.client.next_event())
+                    continue
+                if self.frontier.is_stale(delivery.target_key, delivery.target_seq):
+                    try:
+                        await self._suppress(delivery)
+                    except BaseException:
+                        self._deliveries.appendleft(delivery)
+                        raise
+                    continue
+                if delivery.delivery_id in self._outstanding:
+                    log.debug(
+                        "delivery_repeat_dropped",
+                        deliveryId=delivery.delivery_id,
+                        targetKey=delivery.target_key,
+                        targetSeq=delivery.target_seq,
+                    )
+                    continue
+                self._outstanding.add(delivery.delivery_id)
+                return delivery
+
+    def handed_to_runtime(self, delivery: Delivery) -> None:
+        """The runtime has the delivery's message: advance observed to its ``targetSeq``.
+
+        Call it only once the handoff succeeded (seed 002 §3.5): observed never
+        moves back.
+        """
+        self.frontier.advance(delivery.target_key, delivery.target_seq)
+
+    async def ack(self, delivery: Delivery) -> None:
+        """Acknowledge ``delivery`` so that the node never redelivers it."""
+        await self.client.request("ack", deliveryId=delivery.delivery_id)
+        self._outstanding.discard(delivery.delivery_id)
+
+    def pending_deliveries(self) -> int:
+        """Deliveries received and not yet through :meth:`next_wake`."""
+        return len(self._deliveries)
+
+    # --- other events -----------------------------------------------------------
+
+    async def next_event(self, timeout: float | None = None) -> dict[str, Any]:
+        """The next event that is not a ``deliver`` (those wait for :meth:`next_wake`)."""
+        with trio.fail_after(math.inf if timeout is None else timeout):
+            while not self._events:
+                self._sort(await self.client.next_event())
+            return self._events.popleft()
+
+    async def events_until(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float
+    ) -> list[dict[str, Any]]:
+        """Like :meth:`Client.events_until`, over the events of :meth:`next_event`."""
+        collected: list[dict[str, Any]] = []
+        with trio.fail_after(timeout):
+            while True:
+                event = await self.next_event()
+                collected.append(event)
+                if predicate(event):
+                    return collected
+
+    # --- runtime-visible reads and fresh sends -------------------------------------
+
+    async def read_history(self, target: str, **fields: Any) -> dict[str, Any]:
+        """The ``history`` op; the runtime sees the page, so observed advances to
+        ``coversThroughSeq`` of the returned targetKey (and ``latestSeq`` is a hint)."""
+        result = await self.client.history(target, **fields)
+        target_key = result.get("targetKey")
+        if isinstance(target_key, str):
+            covers = _seq(result.get("coversThroughSeq"))
+            if covers is not None:
+                self.frontier.advance(target_key, covers)
+            latest = _seq(result.get("latestSeq"))
+            if latest is not None:
+                self.frontier.hint(target_key, latest)
+        return result
+
+    async def send(
+        self,
+        target: str,
+        content: str,
+        *,
+        target_key: str,
+        client_message_id: str | None = None,
+        source_message_ids: Sequence[str] = (),
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """A fresh ``send``: ``seenUpToSeq`` is the observed frontier of ``target_key``.
+
+        ``sent`` / ``already_sent`` advance observed to ``acceptedSeq``; ``held``
+        records ``latestSeq`` as the refresh hint and leaves observed alone —
+        refresh (:meth:`read_history`) before deciding to send again. Returns the
+        reply's ``result``; errors raise :class:`ClientError`.
+        """
+        freshness: dict[str, Any] = {
+            "targetKey": target_key,
+            "seenUpToSeq": self.frontier.observed(target_key),
+        }
+        if source_message_ids:
+            freshness["sourceMessageIds"] = list(source_message_ids)
+        result = await self.client.send(
+            target,
+            content,
+            clientMessageId=client_message_id or f"c-{uuid.uuid4().hex}",
+            freshness=freshness,
+            **fields,
+        )
+        self._record_send(result, target_key)
+        return result
+
+    async def send_chunked(
+        self,
+        target: str,
+        chunks: Sequence[str],
+        *,
+        target_key: str,
+        client_message_id: str,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """One logical send written as several rows, client side (seed 002 §3.9).
+
+        Row ``i`` is a fresh send with ``clientMessageId``
+        :func:`chunk_client_message_id` ``(client_message_id, i)`` and
+        ``seenUpToSeq = max(observed, lastAcceptedSeq)``, where
+        ``lastAcceptedSeq`` is the seq of the previous row of this call; the
+        first row thus uses the observed frontier. The first row that is held
+        ends the call with ``held`` (no row accepted) or ``partial_held``
+        (``accepted``, ``heldChunk``, ``latestSeq``, ``needsRefreshUntilSeq``).
+        To continue, refresh (:meth:`read_history`) and call again with the same
+        ``client_message_id`` and the same ``chunks``: accepted rows replay as
+        ``already_sent`` and the held row goes on from the refreshed frontier.
+        When every row is accepted the result is ``sent`` (``already_sent`` if
+        all were replays) with ``accepted`` and the last row's ``messageId`` /
+        ``acceptedSeq``.
+        """
+        if not chunks:
+            raise ValueError("send_chunked needs at least one chunk")
+        accepted: list[dict[str, Any]] = []
+        last_accepted = 0
+        replayed = True
+        result: dict[str, Any] = {}
+        for index, chunk in enumerate(chunks):
+            seen = max(self.frontier.observed(target_key), last_accepted)
+            result = await self.client.send(
+                target,
+                chunk,
+                clientMessageId=chunk_client_message_id(client_message_id, index),
+                freshness={"targetKey": target_key, "seenUpToSeq": seen},
+                **fields,
+            )
+            self._record_send(result, target_key)
+            accepted_seq = _seq(result.get("acceptedSeq"))
+            if result.get("state") in _ACCEPTED_STATES and accepted_seq is not None:
+                accepted.append({"messageId": result.get("messageId"), "acceptedSeq": accepted_seq})
+                last_accepted = max(last_accepted, accepted_seq)
+                replayed = replayed and result.get("state") == "already_sent"
+                continue
+            latest = result.get("latestSeq")
+            return {
+                "state": "partial_held" if accepted else "held",
+                "targetKey": result.get("targetKey", target_key),
+                "accepted": accepted,
+                "heldChunk": index,
+                "latestSeq": latest,
+                "needsRefreshUntilSeq": result.get("needsRefreshUntilSeq", latest),
+                "clientMessageId": client_message_id,
+            }
+        return {
+            "state": "already_sent" if replayed else "sent",
+            "targetKey": result.get("targetKey", target_key),
+            "accepted": accepted,
+            "messageId": accepted[-1]["messageId"],
+            "acceptedSeq": last_accepted,
+            "latestSeq": result.get("latestSeq"),
+            "clientMessageId": client_message_id,
+        }
+
+    # --- internals ------------------------------------------------------------
+
+    def _sort(self, event: dict[str, Any]) -> None:
+        """Queue ``event`` for :meth:`next_wake` (a delivery) or :meth:`next_event`."""
+        if event.get("type") == "deliver":
+            try:
+                self._deliveries.append(Delivery.from_event(event))
+            except ValueError:
+                log.warning("malformed_delivery", event=event)
+                self._events.append(event)
+            return
+        self._events.append(event)
+
+    async def _suppress(self, delivery: Delivery) -> None:
+        """Acknowledge and drop a stale delivery, with the log line of §3.6.1."""
+        record: dict[str, Any] = {
+            "deliveryId": delivery.delivery_id,
+            "messageId": delivery.message_id,
+            "target": delivery.message.get("scopeId"),
+            "targetKey": delivery.target_key,
+            "targetSeq": delivery.target_seq,
+            "observedSeq": self.frontier.observed(delivery.target_key),
+            "latestKnownSeq": self.frontier.latest_known(delivery.target_key),
+            "deliveryReason": delivery.reason,
+            "reason": "stale",
+        }
+        try:
+            await self.client.request("ack", deliveryId=delivery.delivery_id)
+        except ClientError as exc:
+            if exc.code != "not_found":
+                raise
+            record["ack"] = "not_found"  # already consumed (acked elsewhere, pruned)
+        self._outstanding.discard(delivery.delivery_id)
+        self.suppressed.append(record)
+        log.info("delivery_suppressed", **record)
+
+    def _record_send(self, result: Mapping[str, Any], target_key: str) -> None:
+        """Fold one send result into the frontier (own accepted seq, refresh hint)."""
+        key = result.get("targetKey")
+        key = key if isinstance(key, str) else target_key
+        state = result.get("state")
+        if state in _ACCEPTED_STATES:
+            accepted = _seq(result.get("acceptedSeq"))
+            if accepted is not None:
+                self.frontier.advance(key, accepted)
+        elif state == "partial_held":
+            for row in result.get("accepted") or ():
+                seq = _seq(row.get("acceptedSeq")) if isinstance(row, Mapping) else None
+                if seq is not None:
+                    self.frontier.advance(key, seq)
+        for field_name in ("latestSeq", "needsRefreshUntilSeq"):
+            latest = _seq(result.get(field_name))
+            if latest is not None:
+                self.frontier.hint(key, latest)
+        if state in ("held", "partial_held"):
+            log.info(
+                "send_held",
+                state=state,
+                targetKey=key,
+                clientMessageId=result.get("clientMessageId"),
+                seenUpToSeq=result.get("seenUpToSeq"),
+                observedSeq=self.frontier.observed(key),
+                latestKnownSeq=self.frontier.latest_known(key),
+            )
+
+
+@asynccontextmanager
+async def open_daemon(
+    url: str,
+    token: str,
+    *,
+    frontier: Frontier | None = None,
+    name: str = "scopenode-daemon",
+    capabilities: Sequence[str] = DAEMON_CAPABILITIES,
+    **kwargs: Any,
+) -> AsyncIterator[DaemonClient]:
+    """:func:`open_client` as a daemon (``kind="daemon"``, capabilities freshness and ack).
+
+    Pass the runtime's ``frontier`` when reconnecting so that deliveries the
+    runtime already covered are suppressed; other keywords go to
+    :func:`open_client`.
+    """
+    async with open_client(
+        url, token, kind="daemon", name=name, capabilities=capabilities, **kwargs
+    ) as client:
+        yield DaemonClient(client, frontier)
