@@ -138,6 +138,25 @@ class IdempotencyRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadContext:
+    """What a thread's actor caches about its parent scope (SPEC §7.2, seed 000 §5.2).
+
+    ``parent_memberships`` are the parent's *current* memberships: the public
+    ones make their members readers of the thread (computed, never
+    materialised); the private ones are the only private agents that may be
+    admitted. ``parent_generation`` is the parent's ``roster_generation`` when
+    this was read: thread sends are fenced on it, so a stale parent roster (a
+    join, leave or grant in the parent) makes the send reload instead.
+    """
+
+    parent_scope_id: str
+    parent_generation: int
+    root: StoredMessage | None
+    parent_memberships: tuple[Membership, ...]
+    parent_members: dict[str, Member]
+
+
+@dataclass(frozen=True, slots=True)
 class ScopeSnapshot:
     """Everything a scope actor loads from the database when it starts."""
 
@@ -148,3 +167,4 @@ class ScopeSnapshot:
     grants: tuple[PrivateGrant, ...]
     recent: tuple[StoredMessage, ...]
     idempotency: dict[tuple[str, str], IdempotencyRecord]
+    thread: ThreadContext | None = None

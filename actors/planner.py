@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from actors.mentions import MentionMode, live_handles
-from actors.model import DeliveryPolicy, Member, MemberType, NotificationState
-from actors.policy import private_authority
+from actors.model import DeliveryPolicy, Member, Membership, MemberType, NotificationState
+from actors.policy import ThreadFacts, private_authority, thread_admission
 from actors.visibility import VisibilityContext, readable
 
 _NEVER_WAKE = frozenset(
@@ -36,6 +36,10 @@ class MessageIntent:
     mention_mode: MentionMode = MentionMode.NORMAL
     attachment_ids: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # A chunk of a logical send: live mentions are parsed on the whole logical
+    # content and restricted to this chunk (a fence opened in an earlier chunk
+    # keeps its tokens inert). None: parse ``content``.
+    live_mentions: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +47,31 @@ class ScopeContext:
     visibility: VisibilityContext
     notification: Mapping[str, NotificationState]
     latest_seq: int
+    thread: ThreadFacts | None = None
 
     def roster(self) -> list[str]:
-        return list(self.visibility.memberships)
+        """Potential readers: members of the scope, and for a thread the parent's
+        current public members (computed, never materialised)."""
+        roster = list(self.visibility.memberships)
+        known = set(roster)
+        roster += sorted(self.visibility.parent_readers - known)
+        return roster
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipMutation:
+    """A membership (and its notification setting) the send writes, from ``plan.seq`` on.
+
+    ``reason``: ``thread_poster`` (posting in a thread makes the poster a member)
+    or the admission reason of a private agent (seed 000 §5.2).
+    """
+
+    member: Member
+    visibility: str
+    owner_member_id: str | None
+    state: NotificationState
+    reason: str
+    read_through_message: bool  # last_read_seq = the message's seq (the poster's own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +85,27 @@ class RecipientExplain:
 @dataclass(frozen=True, slots=True)
 class Explain:
     recipients: tuple[RecipientExplain, ...]
+    # Threads: (member id, admitted, reason) for the poster and every private
+    # agent this send addressed (admitted or why not).
+    admissions: tuple[tuple[str, bool, str], ...] = ()
+
+    def __structlog__(self) -> dict[str, Any]:
+        """Rendered only when a log line is emitted (structlog's JSON fallback)."""
+        return self.as_dict()
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "recipients": [
                 {"memberId": r.member_id, "reader": r.reader, "wake": r.wake, "reason": r.reason}
                 for r in self.recipients
             ]
         }
+        if self.admissions:
+            out["admissions"] = [
+                {"memberId": member_id, "admitted": admitted, "reason": reason}
+                for member_id, admitted, reason in self.admissions
+            ]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +128,107 @@ class MessagePlan:
     wakes: tuple[tuple[str, str], ...]
     outbox: tuple[OutboxEvent, ...]
     explain: Explain
+    memberships: tuple[MembershipMutation, ...] = ()
+    # Threads: the parent scope and the roster generation the plan was built on.
+    parent_fence: tuple[str, int] | None = None
+
+
+def mentions_of(intent: MessageIntent) -> frozenset[str]:
+    if intent.live_mentions is not None:
+        return intent.live_mentions
+    return live_handles(intent.content, intent.mention_mode)
+
+
+def thread_mutations(
+    intent: MessageIntent, author: Member, scope: ScopeContext, mentioned: frozenset[str]
+) -> tuple[tuple[MembershipMutation, ...], tuple[tuple[str, bool, str], ...]]:
+    """Memberships a thread send writes: the poster's, and admitted private agents'."""
+    thread = scope.thread
+    if thread is None:
+        return (), ()
+    vis = scope.visibility
+    mutations: list[MembershipMutation] = []
+    admissions: list[tuple[str, bool, str]] = []
+
+    def is_member(member_id: str) -> bool:
+        return any(m.is_current for m in vis.intervals(member_id))
+
+    if not is_member(author.id):
+        if author.is_private_agent:
+            # Its own mention or recipient list never admits the poster itself.
+            decision = thread_admission(
+                thread, vis, author, author, frozenset(), (), intent.created_at
+            )
+            if decision:
+                mutations.append(_private(author, decision.reason, own=True))
+            admissions.append((author.id, decision.allowed, decision.reason))
+        else:
+            mutations.append(
+                MembershipMutation(
+                    author, "public", None, NotificationState.ACTIVE, "thread_poster", True
+                )
+            )
+            admissions.append((author.id, True, "thread_poster"))
+    root_author = thread.root_author
+    for member_id, intervals in thread.parent.memberships.items():
+        agent = thread.parent.members.get(member_id)
+        if (
+            agent is None
+            or agent.id == author.id
+            or not agent.is_private_agent
+            or not any(m.is_private and m.is_current for m in intervals)
+            or is_member(agent.id)
+        ):
+            continue
+        decision = thread_admission(
+            thread, vis, agent, author, mentioned, intent.recipients, intent.created_at
+        )
+        if decision:
+            mutations.append(_private(agent, decision.reason, own=False))
+            admissions.append((agent.id, True, decision.reason))
+        elif decision.reason != "not_addressed" or (
+            root_author is not None and agent.handle in thread.root_mentions
+        ):
+            admissions.append((agent.id, False, decision.reason))
+    # Private agents addressed here that are no private members of the parent.
+    addressed = set(intent.recipients)
+    if mentioned:
+        addressed |= {m.id for m in vis.members.values() if m.handle in mentioned}
+    for member_id in sorted(addressed):
+        agent = vis.members.get(member_id)
+        if (
+            agent is not None
+            and agent.is_private_agent
+            and agent.id != author.id
+            and not is_member(agent.id)
+            and member_id not in thread.parent.memberships
+        ):
+            admissions.append((member_id, False, "not_parent_private_member"))
+    return tuple(mutations), tuple(admissions)
+
+
+def _private(agent: Member, reason: str, *, own: bool) -> MembershipMutation:
+    return MembershipMutation(
+        agent, "private", agent.owner_member_id, NotificationState.ACTIVE, reason, own
+    )
+
+
+def with_memberships(
+    vis: VisibilityContext, mutations: tuple[MembershipMutation, ...], seq: int
+) -> VisibilityContext:
+    """The visibility context once ``mutations`` hold from ``seq`` on."""
+    if not mutations:
+        return vis
+    intervals = dict(vis.memberships)
+    members = dict(vis.members)
+    for mutation in mutations:
+        member = mutation.member
+        interval = Membership(
+            member.id, mutation.visibility, mutation.owner_member_id, seq, None, seq
+        )
+        intervals[member.id] = (*intervals.get(member.id, ()), interval)
+        members[member.id] = member
+    return VisibilityContext(intervals, members, vis.grants, vis.parent_readers)
 
 
 def plan_message(
@@ -96,8 +236,11 @@ def plan_message(
 ) -> MessagePlan:
     """Compile one append at ``expected_seq + 1``."""
     seq = expected_seq + 1
-    mentioned = live_handles(intent.content, intent.mention_mode)
-    vis = scope.visibility
+    mentioned = mentions_of(intent)
+    mutations, admissions = thread_mutations(intent, author, scope, mentioned)
+    vis = with_memberships(scope.visibility, mutations, seq)
+    if mutations:
+        scope = ScopeContext(vis, scope.notification, scope.latest_seq, scope.thread)
     readers: set[str] = set()
     wakes: list[tuple[str, str]] = []
     explain: list[RecipientExplain] = []
@@ -142,7 +285,13 @@ def plan_message(
         readers=frozenset(readers),
         wakes=tuple(wakes),
         outbox=tuple(outbox),
-        explain=Explain(tuple(explain)),
+        explain=Explain(tuple(explain), admissions),
+        memberships=mutations,
+        parent_fence=(
+            (scope.thread.parent_scope_id, scope.thread.parent_generation)
+            if scope.thread is not None
+            else None
+        ),
     )
 
 

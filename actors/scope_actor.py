@@ -5,29 +5,41 @@ together in the next transaction (group commit); each is still decided in
 order, and each is answered only after its transaction committed (R-13).
 Replies and events leave through synchronous callbacks, so the sender's
 ``reply`` is queued before any ``message`` event of the same send.
+
+A send longer than the row limit is one logical send of several rows
+(seed 002 §3.9): one row is committed per turn and the rest goes back to the
+end of the queue, so a huge send cannot starve the scope — other senders
+interleave, and a row that finds the scope moved on is ``held``
+(``partial_held`` once earlier rows were accepted).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 import trio
 
+from actors.mentions import live_handles
 from actors.model import Member, NotificationState
-from actors.ports import FenceLost, IdempotencyRace, Publisher, ScopeStore
+from actors.ports import CommittedSend, FenceLost, IdempotencyRace, Publisher, ScopeStore
 from actors.scope_state import (
+    ROW_LIMIT,
     Append,
     Immediate,
     NeedsLookup,
     NeedsReload,
     ScopeState,
     SendCommand,
+    chunk_client_message_id,
+    split_content,
 )
 from protocol.errors import ErrorCode, OperationError
-from protocol.frames import SendResult
+from protocol.frames import FreshnessIn, SendResult
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +61,66 @@ class RosterCommand:
     state: NotificationState = NotificationState.ACTIVE
 
 
-Command = SendCommand | RosterCommand
+@dataclass(slots=True)
+class ChunkedSend:
+    """A logical send split into rows; row ``index`` is the next to commit.
+
+    Row i is stored under ``<clientMessageId>#<i>`` and fenced on
+    ``max(freshness.seenUpToSeq, last accepted row's seq)``: on the first
+    attempt that is the previous row's ``acceptedSeq``; on a retry after a
+    refresh, accepted rows replay as ``already_sent`` and the first unaccepted
+    row continues from ``max(refreshedSeen, lastAcceptedSeq)``.
+    """
+
+    cmd: SendCommand
+    rows: list[str]
+    live: frozenset[str]
+    index: int = 0
+    accepted: list[dict[str, Any]] = field(default_factory=list)
+    last_accepted_seq: int = 0
+    any_sent: bool = False
+
+    def reply(self, result: SendResult | OperationError) -> None:
+        self.cmd.reply(result)
+
+    def row_command(self, reply: Callable[[SendResult | OperationError], None]) -> SendCommand:
+        cmd, i = self.cmd, self.index
+        freshness = cmd.freshness
+        if freshness is not None and self.last_accepted_seq > freshness.seen_up_to_seq:
+            freshness = FreshnessIn(
+                target_key=freshness.target_key,
+                seen_up_to_seq=self.last_accepted_seq,
+                source_message_ids=freshness.source_message_ids,
+            )
+        first = i == 0
+        content = self.rows[i]
+        return SendCommand(
+            author=cmd.author,
+            content=content,
+            client_message_id=chunk_client_message_id(cmd.client_message_id, i),
+            reply=reply,
+            message_type=cmd.message_type,
+            # Attachments, recipients and the forward shape ride on the first row.
+            attachment_ids=cmd.attachment_ids if first else (),
+            recipients=cmd.recipients if first else (),
+            mention_mode=cmd.mention_mode,
+            forward=cmd.forward if first else None,
+            freshness=freshness,
+            freshness_declared=cmd.freshness_declared,
+            explain=cmd.explain,
+            metadata={
+                **cmd.metadata,
+                "chunk": {
+                    "index": i,
+                    "count": len(self.rows),
+                    "clientMessageId": cmd.client_message_id,
+                },
+            },
+            live_mentions=live_handles(content, cmd.mention_mode) & self.live,
+        )
+
+
+Command = SendCommand | RosterCommand | ChunkedSend
 SendObserver = Callable[[str, bool], None]
 
 
@@ -67,8 +138,14 @@ class ScopeActor:
         mailbox_size: int = 1024,
         idle_timeout: float = 120.0,
         on_send: SendObserver | None = None,
+        row_limit: int = ROW_LIMIT,
     ) -> None:
         self.scope_id = scope_id
+        self.row_limit = row_limit
+        # Rows of logical sends waiting for their next turn (behind the mailbox).
+        self._continuations: deque[ChunkedSend] = deque()
+        # Test seam: called just before a logical send's remainder is queued again.
+        self.before_requeue: Callable[[ChunkedSend], None] | None = None
         self._store = store
         self._publisher = publisher
         self._send, self._receive = trio.open_memory_channel[Command](mailbox_size)
@@ -111,23 +188,30 @@ class ScopeActor:
 
     async def _serve(self) -> None:
         while True:
-            first = None
-            with trio.move_on_after(self._idle_timeout):
-                first = await self._receive.receive()
-            if first is None:
-                if self._receive.statistics().current_buffer_used == 0:
-                    return  # idle: passivate (no await between check and return)
-                continue
-            batch = [first]
+            batch: list[Command] = []
+            if not self._continuations:
+                first = None
+                with trio.move_on_after(self._idle_timeout):
+                    first = await self._receive.receive()
+                if first is None:
+                    if self._receive.statistics().current_buffer_used == 0:
+                        return  # idle: passivate (no await between check and return)
+                    continue
+                batch.append(first)
             while len(batch) < MAX_BATCH:
                 try:
                     batch.append(self._receive.receive_nowait())
                 except trio.WouldBlock:
                     break
+            # Remainders of logical sends go after everything queued before them.
+            batch.extend(self._continuations)
+            self._continuations.clear()
             if not await self._process(batch):
                 return
 
     def _fail_queued(self) -> None:
+        while self._continuations:
+            self._continuations.popleft().reply(_unavailable("scope actor stopped; retry"))
         while True:
             try:
                 cmd = self._receive.receive_nowait()
@@ -139,6 +223,15 @@ class ScopeActor:
         """Run a batch in arrival order; False when the actor must stop and reload."""
         group: list[SendCommand] = []
         for cmd in batch:
+            if isinstance(cmd, SendCommand) and len(cmd.content) > self.row_limit:
+                cmd = ChunkedSend(
+                    cmd,
+                    split_content(cmd.content, self.row_limit),
+                    live_handles(cmd.content, cmd.mention_mode),
+                )
+            if isinstance(cmd, ChunkedSend):
+                group.append(self._row_of(cmd))
+                continue
             if isinstance(cmd, SendCommand):
                 group.append(cmd)
                 continue
@@ -148,6 +241,69 @@ class ScopeActor:
             if not await self._process_roster(cmd):
                 return False
         return not group or await self._process_sends(group)
+
+    # ------------------------------------------------------------ logical sends
+
+    def _row_of(self, job: ChunkedSend) -> SendCommand:
+        return job.row_command(lambda result: self._row_done(job, result))
+
+    def _row_done(self, job: ChunkedSend, result: SendResult | OperationError) -> None:
+        """One row of a logical send was answered: continue, or answer the client."""
+        cmd = job.cmd
+        if isinstance(result, OperationError):
+            job.reply(result)
+            return
+        if result.state == "held":
+            if not job.accepted:
+                result.client_message_id = cmd.client_message_id
+                job.reply(result)
+                return
+            self._on_send("partial_held", False)
+            job.reply(
+                SendResult(
+                    state="partial_held",
+                    target_key=result.target_key,
+                    client_message_id=cmd.client_message_id,
+                    accepted=[
+                        {"messageId": a["messageId"], "acceptedSeq": a["acceptedSeq"]}
+                        for a in job.accepted
+                    ],
+                    held_chunk=job.index,
+                    seen_up_to_seq=result.seen_up_to_seq,
+                    latest_seq=result.latest_seq,
+                    needs_refresh_until_seq=result.needs_refresh_until_seq,
+                )
+            )
+            return
+        assert result.message_id is not None
+        assert result.accepted_seq is not None
+        job.accepted.append(
+            {
+                "messageId": result.message_id,
+                "acceptedSeq": result.accepted_seq,
+                "state": result.state,
+            }
+        )
+        job.any_sent = job.any_sent or result.state == "sent"
+        job.last_accepted_seq = max(job.last_accepted_seq, result.accepted_seq)
+        job.index += 1
+        if job.index < len(job.rows):
+            if self.before_requeue is not None:
+                self.before_requeue(job)
+            self._continuations.append(job)
+            return
+        job.reply(
+            SendResult(
+                state="sent" if job.any_sent else "already_sent",
+                target_key=result.target_key,
+                client_message_id=cmd.client_message_id,
+                message_id=result.message_id,
+                accepted_seq=result.accepted_seq,
+                latest_seq=result.latest_seq,
+                chunks=job.accepted,
+                explain=result.explain,
+            )
+        )
 
     # ------------------------------------------------------------ sends
 
@@ -222,7 +378,25 @@ class ScopeActor:
             cmd.reply(result)
         if published:
             self._publisher.publish_messages(self.scope_id, published)
+            self._after_commit(state, published)
         return True
+
+    def _after_commit(self, state: ScopeState, published: list[tuple[Any, CommittedSend]]) -> None:
+        """The plan's Explain at debug level, and roster events for thread memberships."""
+        for plan, commit in published:
+            log.debug(
+                "send_explain",
+                scope_id=self.scope_id,
+                message_id=commit.message_id,
+                seq=commit.seq,
+                readers=len(plan.readers),
+                wakes=len(plan.wakes),
+                memberships=len(plan.memberships),
+                explain=plan.explain,
+            )
+            for mutation in plan.memberships:
+                op = "joined" if mutation.read_through_message else "invited"
+                self._publish_roster(state, mutation.member.id, op, mutation.visibility)
 
     # ------------------------------------------------------------ roster
 
@@ -281,7 +455,7 @@ class ScopeActor:
         raise OperationError(ErrorCode.VALIDATION_FAILED, f"unknown roster op {cmd.op}")
 
     def _publish_roster(self, state: ScopeState, member_id: str, op: str, visibility: str) -> None:
-        audience = state.current_readers()
+        audience = state.current_readers() | state.parent_readers
         if visibility == "private":
             # Private members are shown only to viewers allowed to see them (R-04):
             # the member itself and its owner.

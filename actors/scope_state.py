@@ -30,7 +30,7 @@ from actors.model import (
     ScopeSnapshot,
 )
 from actors.planner import MessageIntent, MessagePlan, ScopeContext, plan_message
-from actors.policy import can_post
+from actors.policy import ThreadFacts, can_post, thread_admission
 from actors.visibility import VisibilityContext, readable
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import FreshnessIn, SendResult
@@ -38,6 +38,11 @@ from protocol.frames import FreshnessIn, SendResult
 IDEMPOTENCY_WINDOW = 4096
 RECENT_TAIL = 512
 PRIVATE_GAP_BUDGET = 200
+# Content longer than this (characters) is split into several rows, one
+# logical send (seed 002 §3.9). The node's ``Settings.row_limit`` overrides it.
+ROW_LIMIT = 16_000
+# Chunk i of a logical send with clientMessageId C is stored under ``C#i``.
+CHUNK_SUFFIX = "#"
 
 SendReply = Callable[[SendResult | OperationError], None]
 
@@ -59,6 +64,8 @@ class SendCommand:
     freshness_declared: bool = False
     explain: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Set on the rows of a chunked logical send (see actors/scope_actor.py).
+    live_mentions: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +122,10 @@ class ScopeState:
             )
         self.notification: dict[str, NotificationState] = dict(snapshot.notification)
         self.grants = snapshot.grants
+        self.thread: ThreadFacts | None = None
+        self.parent_readers: frozenset[str] = frozenset()
+        if snapshot.thread is not None:
+            self._load_thread(snapshot)
         self.idempotency: OrderedDict[tuple[str, str], IdempotencyRecord] = OrderedDict(
             snapshot.idempotency
         )
@@ -123,16 +134,48 @@ class ScopeState:
         )
         self._ctx: VisibilityContext | None = None
 
+    def _load_thread(self, snapshot: ScopeSnapshot) -> None:
+        thread = snapshot.thread
+        assert thread is not None
+        parent_intervals: dict[str, tuple[Membership, ...]] = {}
+        for membership in thread.parent_memberships:
+            parent_intervals[membership.member_id] = (
+                *parent_intervals.get(membership.member_id, ()),
+                membership,
+            )
+        for member in thread.parent_members.values():
+            self.members.setdefault(member.id, member)
+        self.parent_readers = frozenset(
+            m.member_id
+            for m in thread.parent_memberships
+            if m.is_current
+            and not m.is_private
+            and m.member_id in self.members
+            and not self.members[m.member_id].is_private_agent
+        )
+        parent_grants = tuple(g for g in self.grants if g.scope_id == thread.parent_scope_id)
+        root = thread.root
+        self.thread = ThreadFacts(
+            parent_scope_id=thread.parent_scope_id,
+            parent_generation=thread.parent_generation,
+            parent=VisibilityContext(parent_intervals, dict(thread.parent_members), parent_grants),
+            root_author=root.author if root is not None else None,
+            root_mentions=frozenset(root.mentions) if root is not None else frozenset(),
+            root_created_at=root.created_at if root is not None else None,
+        )
+
     # ------------------------------------------------------------ roster
 
     @property
     def visibility(self) -> VisibilityContext:
         if self._ctx is None:
-            self._ctx = VisibilityContext(self.intervals, self.members, self.grants)
+            self._ctx = VisibilityContext(
+                self.intervals, self.members, self.grants, self.parent_readers
+            )
         return self._ctx
 
     def scope_context(self) -> ScopeContext:
-        return ScopeContext(self.visibility, self.notification, self.latest_seq)
+        return ScopeContext(self.visibility, self.notification, self.latest_seq, self.thread)
 
     def current_readers(self) -> frozenset[str]:
         return frozenset(
@@ -174,7 +217,10 @@ class ScopeState:
         known = self.idempotency.get((author.id, cmd.client_message_id))
         if known is not None:
             return Immediate(self._replay(known, digest, cmd))
-        if not can_post(self.visibility, author):
+        if not can_post(self.visibility, author) and not self._admits_poster(cmd, now):
+            if self.thread is not None and not reloaded:
+                # The parent roster is cached: the author may have joined it since.
+                return NeedsReload()
             return Immediate(OperationError(ErrorCode.FORBIDDEN, "not a member of this scope"))
         compat = False
         expected = self.latest_seq
@@ -216,14 +262,37 @@ class ScopeState:
             mention_mode=cmd.mention_mode,
             attachment_ids=cmd.attachment_ids,
             metadata=cmd.metadata,
+            live_mentions=cmd.live_mentions,
         )
         plan = plan_message(intent, author, self.scope_context(), expected_seq=expected)
         self.latest_seq = plan.seq
+        for mutation in plan.memberships:
+            self.apply_membership(
+                mutation.member,
+                Membership(
+                    mutation.member.id,
+                    mutation.visibility,
+                    mutation.owner_member_id,
+                    plan.seq,
+                    None,
+                    plan.seq if mutation.read_through_message else plan.seq - 1,
+                ),
+            )
+            self.notification[mutation.member.id] = mutation.state
         self.remember(
             author.id, cmd.client_message_id, IdempotencyRecord(intent.message_id, plan.seq, digest)
         )
         self.recent.append((plan.seq, author.id, now))
         return Append(plan, compat)
+
+    def _admits_poster(self, cmd: SendCommand, now: datetime) -> bool:
+        """A private agent not yet in the thread may post if this send admits it."""
+        if self.thread is None or not cmd.author.is_private_agent:
+            return False
+        mentioned: frozenset[str] = frozenset()  # its own mention never admits itself
+        return thread_admission(
+            self.thread, self.visibility, cmd.author, cmd.author, mentioned, (), now
+        ).allowed
 
     def _replay(
         self, known: IdempotencyRecord, digest: bytes, cmd: SendCommand
@@ -281,3 +350,32 @@ class ScopeState:
             latest_seq=plan.seq,
             explain=plan.explain.as_dict() if cmd.explain else None,
         )
+
+
+def split_content(content: str, limit: int) -> list[str]:
+    """Deterministic row boundaries of a logical send (seed 002 §3.9).
+
+    Each piece holds at most ``limit`` characters. A cut prefers the last
+    newline, then the last whitespace, in the second half of the window (the
+    separator stays at the end of the earlier piece); otherwise it is hard.
+    Joining the pieces gives back ``content``.
+    """
+    if limit < 1:
+        raise ValueError("row limit must be positive")
+    pieces: list[str] = []
+    start = 0
+    while len(content) - start > limit:
+        window = content[start : start + limit]
+        cut = window.rfind("\n") + 1
+        if cut <= limit // 2:
+            cut = max(window.rfind(" "), window.rfind("\t")) + 1
+        if cut <= limit // 2:
+            cut = limit
+        pieces.append(window[:cut])
+        start += cut
+    pieces.append(content[start:])
+    return pieces
+
+
+def chunk_client_message_id(client_message_id: str, index: int) -> str:
+    return f"{client_message_id}{CHUNK_SUFFIX}{index}"

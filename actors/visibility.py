@@ -6,7 +6,9 @@ freshness private-gap check, so it must never be more generous than the SQL.
 
 Rules:
 - a human or public agent reads a conversational scope while it has a current
-  membership (SPEC §7.1);
+  membership (SPEC §7.1); it reads a thread also while it is a current public
+  member of the thread's parent scope (SPEC §7.2, reason ``parent_member``:
+  a public parent member reads the whole parent, the root included);
 - a private agent reads, within one of its private membership intervals:
   its own messages, its owner's, those of grantees of its owner (within the
   grant's wall-clock interval; thread scopes also use the parent's grants),
@@ -36,6 +38,8 @@ class VisibilityContext:
     memberships: Mapping[str, tuple[Membership, ...]]
     members: Mapping[str, Member]
     grants: tuple[PrivateGrant, ...]
+    # Threads only: current public members of the parent (never private agents).
+    parent_readers: frozenset[str] = frozenset()
 
     def intervals(self, member_id: str) -> tuple[Membership, ...]:
         return self.memberships.get(member_id, ())
@@ -53,6 +57,8 @@ def readable(
     if not viewer.is_private_agent:
         if any(m.is_current for m in intervals):
             return Readable("member")
+        if viewer.id in ctx.parent_readers:
+            return Readable("parent_member")
         return None
     covering = [m for m in intervals if m.is_private and m.covers(seq)]
     if not covering:

@@ -82,6 +82,7 @@ async def serve_node(
             hub,
             idle_timeout=settings.actor_idle_timeout,
             on_send=metrics.on_send,
+            row_limit=settings.row_limit,
         )
         services = Services(
             settings=settings,

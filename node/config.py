@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.scope_state import ROW_LIMIT
 from node.outbox_worker import WorkerSettings
 
 
@@ -28,6 +29,8 @@ class Settings:
     moderation_keywords: tuple[str, ...] = field(default_factory=tuple)
     outbox: WorkerSettings = field(default_factory=WorkerSettings)
     redeliver_limit: int = 1000
+    # Characters per message row; longer sends become chunked logical sends.
+    row_limit: int = ROW_LIMIT
 
     @staticmethod
     def database_url_from_env() -> str | None:

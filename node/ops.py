@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from actors.model import Member, MemberType, NotificationState
+from actors.model import Member, MemberType, NotificationState, ScopeInfo, ScopeType
 from actors.scope_actor import RosterCommand
 from node.hub import delivery_id, wake_dedupe_key
 from node.views import stored_message_view
@@ -84,25 +84,44 @@ async def handle(session: Session, request: Any) -> Any:
 
 async def viewer_for(session: Session, scope_id: str) -> tuple[Viewer, int]:
     """The viewer's read rights in a scope and the scope's latest seq; forbidden if none."""
+    viewer, info = await scope_viewer(session, scope_id)
+    return viewer, info.latest_seq
+
+
+async def scope_viewer(session: Session, scope_id: str) -> tuple[Viewer, ScopeInfo]:
+    """The viewer's read rights in a scope (SQL predicate parameters) and the scope."""
     member = _member(session)
     async with session.services.pool.connection() as conn:
         info = await scopes.get_scope(conn, scope_id)
         if info is None or info.workspace_id != member.workspace_id:
             raise OperationError(ErrorCode.NOT_FOUND, "no such scope")
-        rights = await scopes.read_rights(conn, scope_id, member.id)
-    if not rights.any_membership:
+        viewer = await scopes.viewer_for(conn, info, member)
+    if viewer is None:
         raise OperationError(ErrorCode.FORBIDDEN, "not a member of this scope")
-    public = rights.current_public and not member.is_private_agent
-    if not public and not member.is_private_agent:
-        raise OperationError(ErrorCode.FORBIDDEN, "not a member of this scope")
-    grant_scopes = (scope_id,) + ((info.parent_scope_id,) if info.parent_scope_id else ())
-    return Viewer(member, public, grant_scopes), info.latest_seq
+    return viewer, info
+
+
+async def thread_root(session: Session, info: ScopeInfo) -> dict[str, Any] | None:
+    """A thread's root message as context, only if the viewer can read it in the parent."""
+    if info.parent_scope_id is None or info.root_message_id is None:
+        return None
+    member = _member(session)
+    async with session.services.pool.connection() as conn:
+        parent = await scopes.get_scope(conn, info.parent_scope_id)
+        viewer = await scopes.viewer_for(conn, parent, member) if parent is not None else None
+        if viewer is None:
+            return None
+        root = await messages.readable_message(
+            conn, info.parent_scope_id, info.root_message_id, viewer
+        )
+    return to_builtins(stored_message_view(root.message)) if root is not None else None
 
 
 async def history(session: Session, request: History) -> dict[str, Any]:
     member = _member(session)
     scope_id = await session.services.resolver.resolve(member, request.target)
-    viewer, latest = await viewer_for(session, scope_id)
+    viewer, info = await scope_viewer(session, scope_id)
+    latest = info.latest_seq
     if request.before_seq is not None and request.after_seq is not None:
         raise OperationError(
             ErrorCode.VALIDATION_FAILED, "give beforeSeq or afterSeq, not both", path="$.afterSeq"
@@ -124,7 +143,7 @@ async def history(session: Session, request: History) -> dict[str, Any]:
         covers = min(request.before_seq - 1, latest)
     else:
         covers = latest
-    return {
+    result = {
         "scopeId": scope_id,
         "targetKey": scope_id,
         "latestSeq": latest,
@@ -133,6 +152,10 @@ async def history(session: Session, request: History) -> dict[str, Any]:
         "hasMore": page.has_more,
         "candidateBudgetExhausted": page.candidate_budget_exhausted,
     }
+    if info.type is ScopeType.THREAD:
+        # Context only: the root lives in the parent and never moves the thread's seqs.
+        result["root"] = await thread_root(session, info)
+    return result
 
 
 async def resume(session: Session, resume_from: dict[str, int]) -> dict[str, int]:

@@ -7,6 +7,7 @@ import trio
 
 from actors.ports import Publisher, ScopeMissing, ScopeStore
 from actors.scope_actor import Command, ScopeActor, SendObserver
+from actors.scope_state import ROW_LIMIT
 from protocol.errors import ErrorCode, OperationError
 
 log = structlog.get_logger(__name__)
@@ -22,8 +23,10 @@ class ActorRegistry:
         idle_timeout: float = 120.0,
         mailbox_size: int = 1024,
         on_send: SendObserver | None = None,
+        row_limit: int = ROW_LIMIT,
     ) -> None:
         self._nursery = nursery
+        self._row_limit = row_limit
         self._store = store
         self._publisher = publisher
         self._idle_timeout = idle_timeout
@@ -63,6 +66,7 @@ class ActorRegistry:
             mailbox_size=self._mailbox_size,
             idle_timeout=self._idle_timeout,
             on_send=self._on_send,
+            row_limit=self._row_limit,
         )
         try:
             await self._nursery.start(self._run, actor)

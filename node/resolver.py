@@ -1,7 +1,9 @@
 """Targets (PROTOCOL.md "Targets") → scope ids, with a per-node cache.
 
-Slugs, DM identities and scope workspaces never change, so the cache needs
-no invalidation.
+Slugs, DM identities, thread roots and scope workspaces never change, so the
+cache needs no invalidation. DM and reply-thread targets are cached per member:
+a thread target is resolved only for a member that could read its root once
+(the actor and the read paths check rights on every use anyway).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import re
 
 from actors.model import Member, ScopeInfo
 from protocol.errors import ErrorCode, OperationError
-from storage import directory, scopes
+from storage import directory, messages, scopes
 from storage.pg import Pool
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
@@ -23,16 +25,17 @@ class Resolver:
         self._cache: dict[tuple[str, str], str] = {}
         self._workspace_of: dict[str, str] = {}
 
+    @staticmethod
+    def _key(member: Member, target: str) -> tuple[str, str]:
+        per_member = target.startswith("dm:") or (target.startswith("#") and ":" in target)
+        return (member.id if per_member else member.workspace_id, target)
+
     def cached(self, member: Member, target: str) -> str | None:
-        return (
-            self._cache.get((member.workspace_id, target))
-            if not target.startswith("dm:")
-            else (self._cache.get((member.id, target)))
-        )
+        return self._cache.get(self._key(member, target))
 
     async def resolve(self, member: Member, target: str) -> str:
         """The scope id a target names, in the member's workspace."""
-        key = (member.id if target.startswith("dm:") else member.workspace_id, target)
+        key = self._key(member, target)
         found = self._cache.get(key)
         if found is not None:
             return found
@@ -58,20 +61,39 @@ class Resolver:
         if workspace != member.workspace_id:
             raise OperationError(ErrorCode.NOT_FOUND, "no such scope")
 
+    async def _thread(self, member: Member, parent_id: str, root_id: str) -> str:
+        """The reply thread of ``root_id`` in the parent channel, created on first use.
+
+        The root must be a message of the parent (``not_found``) that the
+        member can read there (the SQL readable predicate; ``forbidden``).
+        """
+        async with self._pool.connection() as conn:
+            parent = await scopes.get_scope(conn, parent_id)
+            assert parent is not None
+            if not await messages.message_in_scope(conn, parent_id, root_id):
+                raise OperationError(ErrorCode.NOT_FOUND, "no such root message in this channel")
+            viewer = await scopes.viewer_for(conn, parent, member)
+            root = (
+                await messages.readable_message(conn, parent_id, root_id, viewer)
+                if viewer is not None
+                else None
+            )
+            if root is None:
+                raise OperationError(ErrorCode.FORBIDDEN, "the root message is not readable")
+            return await scopes.get_or_create_thread(conn, parent, root_id, member)
+
     async def _lookup(self, member: Member, target: str) -> str:
         kind, _, rest = target.partition(":")
         if target.startswith("#"):
             slug, _, root = target[1:].partition(":")
             if not _SLUG.match(slug):
                 raise OperationError(ErrorCode.INVALID_TARGET, f"bad channel slug in {target!r}")
-            if root:
-                raise OperationError(
-                    ErrorCode.INVALID_TARGET, "reply-thread targets are not supported yet"
-                )
             async with self._pool.connection() as conn:
                 scope_id = await scopes.channel_by_slug(conn, member.workspace_id, slug)
             if scope_id is None:
                 raise OperationError(ErrorCode.NOT_FOUND, f"no channel #{slug}")
+            if root:
+                return await self._thread(member, scope_id, root)
             return scope_id
         if kind in ("scope", "task") and rest:
             info = await self.scope(member, rest)

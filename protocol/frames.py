@@ -330,6 +330,8 @@ class SendResult(Struct, rename="camel", kw_only=True, omit_defaults=True):
     needs_refresh_until_seq: int | None = None
     accepted: list[dict[str, Any]] | None = None
     held_chunk: int | None = None
+    # A fully accepted chunked logical send: every row, in order (additive).
+    chunks: list[dict[str, Any]] | None = None
     explain: dict[str, Any] | None = None
 
 

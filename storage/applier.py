@@ -1,9 +1,13 @@
 """The Applier: the only writer of messages (SPEC R-10).
 
 One send is one statement: idempotency probe, the fenced bump of
-``scopes.latest_seq``, the global seq, the message row, its search
-document and its outbox rows, all in one CTE (half the cost of separate
-statements, measured). A batch from one actor runs its statements in one
+``scopes.latest_seq`` (and of ``roster_generation`` when memberships change),
+the global seq, the message row, its search document, the plan's membership
+and notification mutations (thread posters and admitted private agents, from
+the message's seq on) and its outbox rows, all in one CTE (half the cost of
+separate statements, measured). A thread send is also fenced on the parent's
+``roster_generation`` the plan was built on: a join, leave or grant in the
+parent since then makes it a fence miss, and the actor reloads. A batch from one actor runs its statements in one
 transaction; a fence miss or an idempotency hit anywhere rolls the whole
 batch back and tells the actor to reload.
 """
@@ -44,10 +48,14 @@ WITH existing AS (
     SET latest_seq = latest_seq + 1,
         latest_global_seq = nextval('message_global_seq'),
         latest_message_at = %(created_at)s,
-        updated_at = %(created_at)s
+        updated_at = %(created_at)s,
+        roster_generation = roster_generation + %(roster_bump)s
     WHERE id = %(scope_id)s
       AND latest_seq = %(expected_seq)s
       AND NOT EXISTS (SELECT 1 FROM existing)
+      AND (%(parent_id)s::text IS NULL OR EXISTS (
+          SELECT 1 FROM scopes parent
+          WHERE parent.id = %(parent_id)s AND parent.roster_generation = %(parent_generation)s))
     RETURNING latest_seq AS seq, latest_global_seq AS global_seq
 ), message AS (
     INSERT INTO scope_messages (
@@ -65,6 +73,20 @@ WITH existing AS (
     SELECT message.id, %(workspace_id)s, %(scope_id)s, message.seq, %(author_id)s,
         %(content)s, %(created_at)s
     FROM message
+), memberships AS (
+    INSERT INTO scope_memberships
+        (scope_id, member_id, visibility, owner_member_id, effective_from_seq, last_read_seq)
+    SELECT %(scope_id)s, j.member_id, j.visibility, j.owner_id, message.seq,
+        CASE WHEN j.read_own THEN message.seq ELSE message.seq - 1 END
+    FROM message,
+        unnest(%(join_members)s::text[], %(join_visibilities)s::text[],
+               %(join_owners)s::text[], %(join_read_own)s::boolean[])
+        AS j(member_id, visibility, owner_id, read_own)
+), notifications AS (
+    INSERT INTO scope_notification_settings (scope_id, member_id, state)
+    SELECT %(scope_id)s, j.member_id, j.state
+    FROM message, unnest(%(join_members)s::text[], %(join_states)s::text[]) AS j(member_id, state)
+    ON CONFLICT (scope_id, member_id) DO UPDATE SET state = excluded.state, updated_at = now()
 ), outbox AS (
     INSERT INTO scope_fanout_outbox (
         workspace_id, scope_id, message_id, event_ref_type, event_ref_id, fanout_type,
@@ -113,6 +135,14 @@ def send_parameters(plan: MessagePlan) -> dict[str, Any]:
         "reasons": [o.reason for o in plan.outbox],
         "wake_retry_after": WAKE_RETRY_AFTER,
         "replay_after": REPLAY_AFTER,
+        "roster_bump": 1 if plan.memberships else 0,
+        "parent_id": plan.parent_fence[0] if plan.parent_fence else None,
+        "parent_generation": plan.parent_fence[1] if plan.parent_fence else None,
+        "join_members": [m.member.id for m in plan.memberships],
+        "join_visibilities": [m.visibility for m in plan.memberships],
+        "join_owners": [m.owner_member_id for m in plan.memberships],
+        "join_read_own": [m.read_through_message for m in plan.memberships],
+        "join_states": [m.state.value for m in plan.memberships],
     }
 
 
@@ -193,5 +223,13 @@ async def prepare_baseline(conn: TrioConnection) -> tuple[Any, ...]:
         "reasons": [None],
         "wake_retry_after": WAKE_RETRY_AFTER,
         "replay_after": REPLAY_AFTER,
+        "roster_bump": 0,
+        "parent_id": None,
+        "parent_generation": None,
+        "join_members": [],
+        "join_visibilities": [],
+        "join_owners": [],
+        "join_read_own": [],
+        "join_states": [],
     }
     return tuple(values[name] for name in _BASELINE_NAMES)

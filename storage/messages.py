@@ -59,6 +59,16 @@ FROM scope_messages m JOIN members mem ON mem.id = m.author_member_id
 WHERE m.id = %s
 """
 
+# One message through the readable predicate (read-checks, thread root context).
+SELECT_READABLE = f"""
+SELECT {MESSAGE_COLUMNS}
+FROM scope_messages m
+JOIN members mem ON mem.id = m.author_member_id
+{READABLE_JOIN}
+WHERE m.id = %(message_id)s AND m.scope_id = %(scope_id)s
+"""
+MESSAGE_IN_SCOPE = "SELECT 1 FROM scope_messages WHERE id = %s AND scope_id = %s"
+
 
 @dataclass(frozen=True, slots=True)
 class ReadableMessage:
@@ -148,3 +158,22 @@ async def get_message(conn: TrioConnection, message_id: str) -> StoredMessage | 
         cur = await conn.execute(SELECT_MESSAGE, (message_id,))
         row = await cur.fetchone()
     return message_from_row(row) if row else None
+
+
+async def message_in_scope(conn: TrioConnection, scope_id: str, message_id: str) -> bool:
+    with map_errors():
+        cur = await conn.execute(MESSAGE_IN_SCOPE, (message_id, scope_id))
+        return await cur.fetchone() is not None
+
+
+async def readable_message(
+    conn: TrioConnection, scope_id: str, message_id: str, viewer: Viewer
+) -> ReadableMessage | None:
+    """The message if it is in ``scope_id`` and the viewer may read it, else None."""
+    params = {"scope_id": scope_id, "message_id": message_id, **viewer.params()}
+    with map_errors():
+        cur = await conn.execute(SELECT_READABLE, params)
+        row = await cur.fetchone()
+    if row is None or row[15] is None:
+        return None
+    return ReadableMessage(message_from_row(row), row[15], row[16])

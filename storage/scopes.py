@@ -16,11 +16,14 @@ from actors.model import (
     ScopeSnapshot,
     ScopeType,
     StoredMessage,
+    ThreadContext,
 )
 from actors.ports import ScopeMissing
 from storage.directory import member_from_row
 from storage.errors import map_errors
+from storage.messages import SELECT_MESSAGE, message_from_row
 from storage.pg import TrioConnection
+from storage.visibility import Viewer
 
 SCOPE_COLUMNS = """
 s.id, s.workspace_id, s.type, s.latest_seq, s.parent_scope_id, s.root_message_id,
@@ -35,6 +38,11 @@ SELECT_CHANNEL_BY_SLUG = """
 SELECT scope_id FROM scope_channel_profiles WHERE workspace_id = %s AND slug = %s
 """
 SELECT_BY_IDENTITY = "SELECT id FROM scopes WHERE identity_key = %s"
+SELECT_THREAD = """
+SELECT id FROM scopes
+WHERE parent_scope_id = %s AND root_message_id = %s AND type = 'thread'
+"""
+SELECT_GENERATION = "SELECT roster_generation FROM scopes WHERE id = %s"
 INSERT_SCOPE = """
 INSERT INTO scopes (id, workspace_id, type, identity_key, created_by_member_id,
                     parent_scope_id, root_message_id)
@@ -56,6 +64,15 @@ SELECT m.member_id, m.visibility, m.owner_member_id, m.effective_from_seq,
        m.effective_to_seq, m.last_read_seq, {MEMBER_COLUMNS_M}
 FROM scope_memberships m JOIN members mem ON mem.id = m.member_id
 WHERE m.scope_id = %s
+ORDER BY m.effective_from_seq, m.id
+"""
+# The parent of a thread: its current memberships (public ones read the thread,
+# private ones are the only private agents that may be admitted).
+SELECT_PARENT_ROSTER = f"""
+SELECT m.member_id, m.visibility, m.owner_member_id, m.effective_from_seq,
+       m.effective_to_seq, m.last_read_seq, {MEMBER_COLUMNS_M}
+FROM scope_memberships m JOIN members mem ON mem.id = m.member_id
+WHERE m.scope_id = %s AND m.effective_to_seq IS NULL
 ORDER BY m.effective_from_seq, m.id
 """
 SELECT_NOTIFICATION = "SELECT member_id, state FROM scope_notification_settings WHERE scope_id = %s"
@@ -222,6 +239,35 @@ async def get_or_create_dm(conn: TrioConnection, a: Member, b: Member) -> str:
     return str(row[0])
 
 
+async def get_or_create_thread(
+    conn: TrioConnection, parent: ScopeInfo, root_message_id: str, creator: Member
+) -> str:
+    """The reply thread of ``root_message_id`` in ``parent``, created if missing.
+
+    ``scopes_thread_root_idx`` makes creation race-safe: insert-or-nothing, then select.
+    """
+    with map_errors():
+        cur = await conn.execute(
+            INSERT_SCOPE,
+            (
+                new_id("scp"),
+                parent.workspace_id,
+                "thread",
+                None,
+                creator.id,
+                parent.id,
+                root_message_id,
+            ),
+        )
+        created = await cur.fetchone()
+        if created is not None:
+            return str(created[0])
+        cur = await conn.execute(SELECT_THREAD, (parent.id, root_message_id))
+        row = await cur.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 async def _insert_membership(
     conn: TrioConnection,
     scope_id: str,
@@ -328,6 +374,7 @@ async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> 
             grants = tuple(PrivateGrant(*r) for r in await cur.fetchall())
             cur = await conn.execute(SELECT_RECENT, (scope_id, recent))
             recent_rows = await cur.fetchall()
+            thread = await _thread_context(conn, scope) if scope.parent_scope_id else None
     members: dict[str, Member] = {}
     memberships = []
     for r in membership_rows:
@@ -361,6 +408,34 @@ async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> 
         grants=grants,
         recent=tuple(messages),
         idempotency=idempotency,
+        thread=thread,
+    )
+
+
+async def _thread_context(conn: TrioConnection, scope: ScopeInfo) -> ThreadContext:
+    """The parent side of a thread (inside the snapshot's transaction)."""
+    assert scope.parent_scope_id is not None
+    cur = await conn.execute(SELECT_GENERATION, (scope.parent_scope_id,))
+    generation = await cur.fetchone()
+    assert generation is not None
+    cur = await conn.execute(SELECT_PARENT_ROSTER, (scope.parent_scope_id,))
+    members: dict[str, Member] = {}
+    memberships = []
+    for r in await cur.fetchall():
+        members[r[0]] = member_from_row(r[6:13])
+        memberships.append(Membership(r[0], r[1], r[2], r[3], r[4], r[5]))
+    root = None
+    if scope.root_message_id is not None:
+        cur = await conn.execute(SELECT_MESSAGE, (scope.root_message_id,))
+        row = await cur.fetchone()
+        if row is not None and row[1] == scope.parent_scope_id:
+            root = message_from_row(row)
+    return ThreadContext(
+        parent_scope_id=scope.parent_scope_id,
+        parent_generation=int(generation[0]),
+        root=root,
+        parent_memberships=tuple(memberships),
+        parent_members=members,
     )
 
 
@@ -368,8 +443,14 @@ SELECT_RIGHTS = """
 SELECT
     bool_or(effective_to_seq IS NULL AND visibility = 'public'),
     bool_or(effective_to_seq IS NULL AND visibility = 'private'),
-    count(*) > 0
-FROM scope_memberships WHERE scope_id = %s AND member_id = %s
+    count(*) > 0,
+    EXISTS (
+        SELECT 1 FROM scopes t
+        JOIN scope_memberships p ON p.scope_id = t.parent_scope_id
+        WHERE t.id = %(scope_id)s AND t.type = 'thread' AND p.member_id = %(member_id)s
+          AND p.visibility = 'public' AND p.effective_to_seq IS NULL
+    )
+FROM scope_memberships WHERE scope_id = %(scope_id)s AND member_id = %(member_id)s
 """
 
 
@@ -378,11 +459,30 @@ class ReadRights:
     current_public: bool
     current_private: bool
     any_membership: bool
+    parent_public: bool = False  # threads: a current public member of the parent
 
 
 async def read_rights(conn: TrioConnection, scope_id: str, member_id: str) -> ReadRights:
     with map_errors():
-        cur = await conn.execute(SELECT_RIGHTS, (scope_id, member_id))
+        cur = await conn.execute(SELECT_RIGHTS, {"scope_id": scope_id, "member_id": member_id})
         row = await cur.fetchone()
     assert row is not None
-    return ReadRights(bool(row[0]), bool(row[1]), bool(row[2]))
+    return ReadRights(bool(row[0]), bool(row[1]), bool(row[2]), bool(row[3]))
+
+
+async def viewer_for(conn: TrioConnection, info: ScopeInfo, member: Member) -> Viewer | None:
+    """The member's read rights in a scope as a predicate Viewer; None if it has none.
+
+    Humans and public agents read by current public membership, or in a thread
+    by current public membership of the parent (SPEC §7.1–7.2); private agents
+    by any membership interval (rows are filtered by the predicate).
+    """
+    rights = await read_rights(conn, info.id, member.id)
+    public = rights.current_public and not member.is_private_agent
+    if member.is_private_agent:
+        if not rights.any_membership:
+            return None
+    elif not public and not rights.parent_public:
+        return None
+    grant_scopes = (info.id,) + ((info.parent_scope_id,) if info.parent_scope_id else ())
+    return Viewer(member, public, grant_scopes)

@@ -7,9 +7,14 @@ attachments, sources and thread root context) selects candidate rows aliased
 in-memory twin is ``actors/visibility.py``; a property test proves they agree.
 
 Parameters: ``viewer_id``, ``viewer_public`` (the viewer is not a private agent
-and holds a current membership of the scope), ``owner_id`` (the viewer's owner
-when it is a private agent, else NULL), ``grant_scopes`` (the scope and, for a
-thread, its parent).
+and holds a current membership of the scope), ``viewer_private`` (the viewer is
+a private agent), ``owner_id`` (the viewer's owner when it is a private agent,
+else NULL), ``grant_scopes`` (the scope and, for a thread, its parent).
+
+In a thread, a viewer that is not a private agent and holds a current public
+membership of the parent reads every message (reason ``parent_member``; SPEC
+§7.2: computed here, never materialised as rows). The constant guards let the
+planner drop that lookup for members and for private agents.
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ CROSS JOIN LATERAL (
     SELECT
         CASE
             WHEN %(viewer_public)s THEN 'member'
+            WHEN NOT %(viewer_private)s AND EXISTS (
+                SELECT 1 FROM scopes ts
+                JOIN scope_memberships pmm ON pmm.scope_id = ts.parent_scope_id
+                WHERE ts.id = m.scope_id AND ts.type = 'thread'
+                  AND pmm.member_id = %(viewer_id)s AND pmm.visibility = 'public'
+                  AND pmm.effective_to_seq IS NULL
+            ) THEN 'parent_member'
             WHEN NOT pm.covered THEN NULL
             WHEN m.author_member_id = %(viewer_id)s THEN 'own'
             WHEN m.author_member_id = %(owner_id)s THEN 'owner'
@@ -81,6 +93,7 @@ class Viewer:
         return {
             "viewer_id": self.member.id,
             "viewer_public": self.public_reader,
+            "viewer_private": self.member.is_private_agent,
             "owner_id": self.member.owner_member_id if self.member.is_private_agent else None,
             "grant_scopes": list(self.grant_scopes),
         }

@@ -6,6 +6,9 @@ public agents, private with the owner for private agents), grants from an owner
 to a grantee in the scope, its parent (threads) or an unrelated scope, with
 optional expiry and revoke, and messages by anyone at increasing seqs and
 non-decreasing wall-clock times (ties on purpose: grant bounds are half-open).
+Thread worlds also give each member a membership of the parent channel (none,
+current or closed): current public members of the parent read the thread
+(``parent_member``, SPEC §7.2).
 
 Each world is written straight into the test database (its own workspace and
 scope ids). Then, for every (viewer, message) pair, the reason and grant id of
@@ -56,6 +59,7 @@ class Spec:
     thread: bool
     initial_joins: tuple[bool, ...]
     steps: tuple[tuple[Any, ...], ...]
+    parent_joins: tuple[int, ...] = ()  # per member: 0 none, 1 current, 2 closed
 
 
 @dataclass
@@ -70,6 +74,9 @@ class Simulated:
     memberships: list[tuple[str, str, str | None, int, int | None]] = field(default_factory=list)
     grants: list[list[Any]] = field(default_factory=list)
     messages: list[tuple[str, int, str, datetime]] = field(default_factory=list)
+    parent_memberships: list[tuple[str, str, str | None, int, int | None]] = field(
+        default_factory=list
+    )
 
 
 def _uid() -> str:
@@ -110,7 +117,8 @@ def specs(draw: st.DrawFn) -> Spec:
             steps.append((kind, tick, draw(st.none() | st.integers(1, 3))))
         else:
             steps.append((kind, tick, draw(st.integers(0, 5))))
-    return Spec(tuple(kinds), draw(st.booleans()), initial_joins, tuple(steps))
+    parent_joins = tuple(draw(st.lists(st.sampled_from([0, 1, 1, 2]), min_size=n, max_size=n)))
+    return Spec(tuple(kinds), draw(st.booleans()), initial_joins, tuple(steps), parent_joins)
 
 
 def simulate(spec: Spec) -> Simulated:
@@ -152,6 +160,15 @@ def simulate(spec: Spec) -> Simulated:
     for index, joined in enumerate(spec.initial_joins):
         if joined:
             join(index)
+    if world.parent_id is not None:
+        for index, status in enumerate(spec.parent_joins):
+            if status:
+                member = members[index]
+                owner = member.owner_member_id if member.is_private_agent else None
+                visibility = "private" if owner else "public"
+                world.parent_memberships.append(
+                    (member.id, visibility, owner, 1, 2 if status == 2 else None)
+                )
     for step in spec.steps:
         kind, tick = step[0], step[1]
         clock += timedelta(seconds=tick)
@@ -263,6 +280,11 @@ def write(conn: psycopg.Connection[Any], world: Simulated) -> None:
             [(world.scope_id, *row) for row in world.memberships],
         )
         cur.executemany(
+            "INSERT INTO scope_memberships (scope_id, member_id, visibility, owner_member_id,"
+            " effective_from_seq, effective_to_seq) VALUES (%s, %s, %s, %s, %s, %s)",
+            [(world.parent_id, *row) for row in world.parent_memberships],
+        )
+        cur.executemany(
             "INSERT INTO scope_private_grants (id, workspace_id, scope_id, owner_member_id,"
             " grantee_member_id, granted_by_member_id, created_at, expires_at, revoked_at)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -285,7 +307,15 @@ def load_twin_context(conn: psycopg.Connection[Any], world: Simulated) -> Visibi
     by_id = {m.id: m for m in world.members}
     for _, _, author_id, _ in world.messages:
         members.setdefault(author_id, by_id[author_id])  # the actor's recent tail adds authors
-    return VisibilityContext(intervals, members, grants)
+    parent_readers: set[str] = set()
+    if world.parent_id is not None:
+        # The thread actor's parent roster: current public members, no private agents.
+        for r in conn.execute(scopes.SELECT_PARENT_ROSTER, (world.parent_id,)).fetchall():
+            parent_member = member_from_row(r[6:13])
+            members.setdefault(parent_member.id, parent_member)
+            if r[1] == "public" and not parent_member.is_private_agent:
+                parent_readers.add(r[0])
+    return VisibilityContext(intervals, members, grants, frozenset(parent_readers))
 
 
 # ------------------------------------------------------------------ the property
@@ -353,7 +383,15 @@ def test_sql_predicate_and_twin_agree(conn: psycopg.Connection[Any]) -> None:
     agree()
     assert sum(worlds) >= 200
     # The generator must actually reach every branch of the predicate.
-    assert set(seen) >= {None, "member", "own", "owner", "grant", "same_owner_private"}, seen
+    assert set(seen) >= {
+        None,
+        "member",
+        "parent_member",
+        "own",
+        "owner",
+        "grant",
+        "same_owner_private",
+    }, seen
 
 
 def test_grant_bounds_are_half_open(conn: psycopg.Connection[Any]) -> None:
