@@ -306,16 +306,14 @@ class Session:
             await self._inflight.acquire()
             self._nursery.start_soon(self._resume, self._resuming)
         if self.is_daemon and member.type.value == "agent":
-            await self._inflight.acquire()
-            self._nursery.start_soon(self._redeliver)
-
-    async def _redeliver(self) -> None:
-        try:
-            await ops.redeliver(self)
-        except Exception as exc:
-            log.warning("redeliver_failed", error=repr(exc))
-        finally:
-            self._inflight.release()
+            # Inline, before any later request is read: every redelivered
+            # `deliver` precedes the replies to what the daemon asks next.
+            try:
+                await ops.redeliver(self)
+            except Exception as exc:
+                if isinstance(exc, trio.Cancelled):
+                    raise
+                log.warning("redeliver_failed", error=repr(exc))
 
     async def _resume(self, resume: dict[str, int]) -> None:
         try:

@@ -23,11 +23,19 @@ UPDATE scope_fanout_outbox
 SET status = 'delivered', delivered_at = now(), lease_owner = NULL, lease_expires_at = NULL
 WHERE dedupe_key = ANY(%s) AND status IN ('pending', 'leased')
 """
+# Acknowledging is idempotent and never overwrites a suppressed or failed row.
 ACK_WAKE = """
-UPDATE scope_fanout_outbox
-SET status = 'delivered', delivered_at = now(), lease_owner = NULL, lease_expires_at = NULL
-WHERE dedupe_key = %s AND target_member_id = %s AND fanout_type = 'agent_wake'
-RETURNING status
+WITH acked AS (
+    UPDATE scope_fanout_outbox
+    SET status = 'delivered', delivered_at = now(), lease_owner = NULL, lease_expires_at = NULL
+    WHERE dedupe_key = %(key)s AND target_member_id = %(agent)s AND fanout_type = 'agent_wake'
+      AND status IN ('pending', 'leased')
+    RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM acked) OR EXISTS (
+    SELECT 1 FROM scope_fanout_outbox
+    WHERE dedupe_key = %(key)s AND target_member_id = %(agent)s AND fanout_type = 'agent_wake'
+)
 """
 _COLUMNS = MESSAGE_COLUMNS.replace("v.reason, v.grant_id", "NULL, NULL")
 PENDING_WAKES = f"""
@@ -146,8 +154,9 @@ async def mark_delivered(conn: TrioConnection, dedupe_keys: Sequence[str]) -> in
 async def ack_wake(conn: TrioConnection, dedupe_key: str, agent_id: str) -> bool:
     """Acknowledge an agent delivery; False when there is no such delivery for the agent."""
     with map_errors():
-        cur = await conn.execute(ACK_WAKE, (dedupe_key, agent_id))
-        return await cur.fetchone() is not None
+        cur = await conn.execute(ACK_WAKE, {"key": dedupe_key, "agent": agent_id})
+        row = await cur.fetchone()
+    return bool(row and row[0])
 
 
 async def pending_wakes(conn: TrioConnection, agent_id: str, limit: int) -> list[PendingWake]:
