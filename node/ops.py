@@ -372,7 +372,11 @@ async def redeliver(session: Session) -> None:
             reason=wake.reason,
             message=stored_message_view(wake.message),
         )
-        session.push(encode(frame))
+        payload = encode(frame)
+        # Paced like resume: a reading daemon on a slow link is not a slow consumer.
+        with trio.move_on_after(session.settings.slow_consumer_grace):
+            await session.outbound.wait_for_room(len(payload))
+        session.push(payload)
 
 
 async def grant(session: Session, request: Grant) -> dict[str, Any]:

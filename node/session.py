@@ -44,6 +44,7 @@ from protocol.frames import (
 from storage import directory
 
 log = structlog.get_logger(__name__)
+HELD_LIVE_LIMIT = 10_000  # live events held back while a resume is being served
 _SUPPORTED_CAPABILITIES = (CAPABILITY_FRESHNESS, CAPABILITY_ACK)
 
 
@@ -372,6 +373,8 @@ class Session:
         """Framed ``message`` events (seq, bytes) of one scope, sent as one write."""
         if self._resuming is not None and scope_id in self._resuming:
             self._held_live.extend((scope_id, seq, framed) for seq, framed in events)
+            if len(self._held_live) > HELD_LIVE_LIMIT:
+                self._overflow()  # the client resumes again from what it has
             return
         if len(events) == 1:
             self.outbound.push_frame(events[0][1])
