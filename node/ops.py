@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -34,8 +35,9 @@ from protocol.frames import (
     SetNotification,
     to_builtins,
 )
-from storage import directory, grants, messages, outbox, scopes
+from storage import directory, grants, messages, outbox, read_state, scopes
 from storage.errors import UniqueViolation
+from storage.pg import TrioConnection
 from storage.visibility import Viewer
 
 if TYPE_CHECKING:
@@ -190,6 +192,14 @@ async def list_scopes(session: Session) -> dict[str, Any]:
     member = _member(session)
     async with session.services.pool.connection() as conn:
         summaries = await scopes.scopes_of_member(conn, member.id)
+        if member.is_private_agent:
+            # A private agent's unread counts only what it may read.
+            counted = []
+            for s in summaries:
+                viewer = Viewer(member, False, await _grant_scopes(conn, s.id))
+                unread = await read_state.readable_unread(conn, s.id, viewer, s.last_read_seq)
+                counted.append(replace(s, unread=unread))
+            summaries = counted
     return {
         "scopes": [
             {
@@ -205,6 +215,12 @@ async def list_scopes(session: Session) -> dict[str, Any]:
             for s in summaries
         ]
     }
+
+
+async def _grant_scopes(conn: TrioConnection, scope_id: str) -> tuple[str, ...]:
+    info = await scopes.get_scope(conn, scope_id)
+    parent = info.parent_scope_id if info is not None else None
+    return (scope_id, parent) if parent else (scope_id,)
 
 
 async def list_members(session: Session, request: Members) -> dict[str, Any]:
