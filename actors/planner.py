@@ -53,8 +53,8 @@ class ScopeContext:
         """Potential readers: members of the scope, and for a thread the parent's
         current public members (computed, never materialised)."""
         roster = list(self.visibility.memberships)
-        known = set(roster)
-        roster += sorted(self.visibility.parent_readers - known)
+        if self.visibility.parent_readers:
+            roster += sorted(self.visibility.parent_readers.difference(roster))
         return roster
 
 
