@@ -1,0 +1,58 @@
+"""The browser client (R-28) is served from the node's own port (no browser here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from tests.nodes import running_node
+
+
+async def http_get(port: int, path: str) -> tuple[int, dict[str, str], str]:
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(
+                f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
+            )
+            chunks = []
+            while data := await stream.receive_some(65536):
+                chunks.append(data)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status_line.split(" ", 2)[1]), headers, body.decode()
+
+
+async def test_web_client_assets_are_served(database_url: str, tmp_path: Path) -> None:
+    async with running_node(database_url, tmp_path) as node:
+        port = node.services.port
+
+        status, headers, index = await http_get(port, "/")
+        assert status == 200
+        assert headers["content-type"].startswith("text/html")
+        assert 'src="/app.js"' in index
+        assert 'type="module"' in index
+        assert 'href="/app.css"' in index
+
+        status, headers, same = await http_get(port, "/index.html")
+        assert status == 200
+        assert same == index
+
+        status, headers, script = await http_get(port, "/app.js")
+        assert status == 200
+        assert headers["content-type"].startswith("text/javascript")
+        for needle in ('"hello"', "/v1/ws", 'split("\\n")', "resume", "4401", "4429"):
+            assert needle in script, needle
+
+        status, headers, css = await http_get(port, "/app.css")
+        assert status == 200
+        assert headers["content-type"].startswith("text/css")
+        assert "{" in css
+
+        status, _, _ = await http_get(port, "/missing.js")
+        assert status == 404
