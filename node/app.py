@@ -24,6 +24,7 @@ from node.server import handle_connection
 from node.services import Services
 from protocol.errors import CloseCode
 from storage import directory, outbox, scopes
+from storage.group_commit import GroupCommitter
 from storage.pg import Pool, open_pool
 from storage.store import PgScopeStore
 
@@ -76,9 +77,13 @@ async def serve_node(
         marker = DeliveredMarker(pool)
         metrics = Metrics()
         hub = Hub(marker.add)
+        committer = None
+        if settings.commit_lanes > 0:
+            committer = GroupCommitter(pool, lanes=settings.commit_lanes)
+            nursery.start_soon(committer.run)
         registry = ActorRegistry(
             nursery,
-            PgScopeStore(pool),
+            PgScopeStore(pool, committer),
             hub,
             idle_timeout=settings.actor_idle_timeout,
             on_send=metrics.on_send,

@@ -24,6 +24,9 @@ class Settings:
     outbound_cap_bytes: int = 4 * 1024 * 1024
     slow_consumer_grace: float = 5.0
     pool_size: int = 16
+    # Group-commit lanes: concurrent send transactions, each batching many scopes
+    # (0: every actor commits on its own pooled connection).
+    commit_lanes: int = int(os.environ.get("SCOPENODE_COMMIT_LANES", "0"))
     actor_idle_timeout: float = 120.0
     max_inflight_requests: int = 64
     moderation_keywords: tuple[str, ...] = field(default_factory=tuple)

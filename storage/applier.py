@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from psycopg.types.json import Jsonb
+import msgspec
 
 from actors.model import IdempotencyRecord
 from actors.planner import MessagePlan
@@ -64,7 +64,8 @@ WITH existing AS (
         idempotency_payload_digest, message_type, content, metadata, created_at, updated_at)
     SELECT %(message_id)s, %(workspace_id)s, %(scope_id)s, bump.seq, bump.global_seq,
         %(author_id)s, %(author_type)s, %(author_id)s, %(author_id)s, %(client_message_id)s,
-        %(digest)s, %(message_type)s, %(content)s, %(metadata)s, %(created_at)s, %(created_at)s
+        %(digest)s, %(message_type)s, %(content)s, %(metadata)s::jsonb, %(created_at)s,
+        %(created_at)s
     FROM bump
     RETURNING id, seq, workspace_global_seq
 ), search_doc AS (
@@ -78,14 +79,13 @@ WITH existing AS (
         (scope_id, member_id, visibility, owner_member_id, effective_from_seq, last_read_seq)
     SELECT %(scope_id)s, j.member_id, j.visibility, j.owner_id, message.seq,
         CASE WHEN j.read_own THEN message.seq ELSE message.seq - 1 END
-    FROM message,
-        unnest(%(join_members)s::text[], %(join_visibilities)s::text[],
-               %(join_owners)s::text[], %(join_read_own)s::boolean[])
-        AS j(member_id, visibility, owner_id, read_own)
+    FROM message, jsonb_to_recordset(%(joins)s::jsonb)
+        AS j(member_id text, visibility text, owner_id text, read_own boolean, state text)
 ), notifications AS (
     INSERT INTO scope_notification_settings (scope_id, member_id, state)
     SELECT %(scope_id)s, j.member_id, j.state
-    FROM message, unnest(%(join_members)s::text[], %(join_states)s::text[]) AS j(member_id, state)
+    FROM message, jsonb_to_recordset(%(joins)s::jsonb)
+        AS j(member_id text, visibility text, owner_id text, read_own boolean, state text)
     ON CONFLICT (scope_id, member_id) DO UPDATE SET state = excluded.state, updated_at = now()
 ), outbox AS (
     INSERT INTO scope_fanout_outbox (
@@ -95,15 +95,20 @@ WITH existing AS (
         o.policy, o.target, message.seq, o.dedupe_key, jsonb_build_object('reason', o.reason),
         %(created_at)s + CASE o.fanout_type
             WHEN 'agent_wake' THEN %(wake_retry_after)s ELSE %(replay_after)s END
-    FROM message,
-        unnest(%(fanout_types)s::text[], %(policies)s::text[], %(targets)s::text[],
-               %(dedupe_keys)s::text[], %(reasons)s::text[])
-        AS o(fanout_type, policy, target, dedupe_key, reason)
+    FROM message, jsonb_to_recordset(%(outbox)s::jsonb)
+        AS o(fanout_type text, policy text, target text, dedupe_key text, reason text)
 )
 SELECT 'sent', id, seq, workspace_global_seq, NULL::bytea FROM message
 UNION ALL
 SELECT 'existing', id, seq, NULL, digest FROM existing
 """
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def _json(value: Any) -> str:
+    return _encoder.encode(value).decode()
 
 
 def send_parameters(plan: MessagePlan) -> dict[str, Any]:
@@ -125,30 +130,49 @@ def send_parameters(plan: MessagePlan) -> dict[str, Any]:
         "digest": intent.digest,
         "message_type": intent.message_type,
         "content": intent.content,
-        "metadata": Jsonb(metadata),
+        "metadata": _json(metadata),
         "created_at": intent.created_at,
         "expected_seq": plan.expected_seq,
-        "fanout_types": [o.fanout_type for o in plan.outbox],
-        "policies": [o.delivery_policy.value for o in plan.outbox],
-        "targets": [o.target_member_id for o in plan.outbox],
-        "dedupe_keys": [o.dedupe_key for o in plan.outbox],
-        "reasons": [o.reason for o in plan.outbox],
+        # Row sets travel as one JSON text each: far cheaper to adapt than arrays.
+        "outbox": _json(
+            [
+                {
+                    "fanout_type": o.fanout_type,
+                    "policy": o.delivery_policy.value,
+                    "target": o.target_member_id,
+                    "dedupe_key": o.dedupe_key,
+                    "reason": o.reason,
+                }
+                for o in plan.outbox
+            ]
+        ),
         "wake_retry_after": WAKE_RETRY_AFTER,
         "replay_after": REPLAY_AFTER,
         "roster_bump": 1 if plan.memberships else 0,
         "parent_id": plan.parent_fence[0] if plan.parent_fence else None,
         "parent_generation": plan.parent_fence[1] if plan.parent_fence else None,
-        "join_members": [m.member.id for m in plan.memberships],
-        "join_visibilities": [m.visibility for m in plan.memberships],
-        "join_owners": [m.owner_member_id for m in plan.memberships],
-        "join_read_own": [m.read_through_message for m in plan.memberships],
-        "join_states": [m.state.value for m in plan.memberships],
+        "joins": _json(
+            [
+                {
+                    "member_id": m.member.id,
+                    "visibility": m.visibility,
+                    "owner_id": m.owner_member_id,
+                    "read_own": m.read_through_message,
+                    "state": m.state.value,
+                }
+                for m in plan.memberships
+            ]
+        ),
     }
 
 
 async def _send_one(conn: TrioConnection, plan: MessagePlan) -> CommittedSend:
     cur = await conn.execute(SEND_MESSAGE, send_parameters(plan))
-    row = await cur.fetchone()
+    return committed(plan, await cur.fetchone())
+
+
+def committed(plan: MessagePlan, row: tuple[Any, ...] | None) -> CommittedSend:
+    """The result row of SEND_MESSAGE for ``plan``, or the typed reason it wrote nothing."""
     if row is None:
         raise FenceLost(plan.intent.scope_id)
     kind, message_id, seq, global_seq, digest = row
@@ -159,6 +183,26 @@ async def _send_one(conn: TrioConnection, plan: MessagePlan) -> CommittedSend:
             plan.intent.client_message_id,
         )
     return CommittedSend(message_id, seq, global_seq, plan.intent.created_at)
+
+
+async def apply_group(
+    conn: TrioConnection, plans: Sequence[MessagePlan]
+) -> list[CommittedSend | FenceLost | IdempotencyRace]:
+    """Run many plans in the caller's transaction, pipelined: one round trip.
+
+    Returns per plan its result, or the fence miss / idempotency hit that made
+    it write nothing; the caller decides whether to commit.
+    """
+    with map_errors():
+        async with conn.pipeline():
+            cursors = [await conn.execute(SEND_MESSAGE, send_parameters(p)) for p in plans]
+        out: list[CommittedSend | FenceLost | IdempotencyRace] = []
+        for plan, cur in zip(plans, cursors, strict=True):
+            try:
+                out.append(committed(plan, await cur.fetchone()))
+            except (FenceLost, IdempotencyRace) as miss:
+                out.append(miss)
+        return out
 
 
 async def apply_sends(conn: TrioConnection, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
@@ -215,21 +259,23 @@ async def prepare_baseline(conn: TrioConnection) -> tuple[Any, ...]:
         "digest": None,
         "message_type": "text",
         "content": "x" * 200,
-        "metadata": Jsonb({}),
-        "fanout_types": ["realtime"],
-        "policies": ["inline_ordinary"],
-        "targets": [None],
-        "dedupe_keys": [None],
-        "reasons": [None],
+        "metadata": _json({}),
+        "outbox": _json(
+            [
+                {
+                    "fanout_type": "realtime",
+                    "policy": "inline_ordinary",
+                    "target": None,
+                    "dedupe_key": None,
+                    "reason": None,
+                }
+            ]
+        ),
         "wake_retry_after": WAKE_RETRY_AFTER,
         "replay_after": REPLAY_AFTER,
         "roster_bump": 0,
         "parent_id": None,
         "parent_generation": None,
-        "join_members": [],
-        "join_visibilities": [],
-        "join_owners": [],
-        "join_read_own": [],
-        "join_states": [],
+        "joins": "[]",
     }
     return tuple(values[name] for name in _BASELINE_NAMES)

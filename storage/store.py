@@ -9,12 +9,14 @@ from actors.planner import MessagePlan
 from actors.ports import CommittedSend
 from actors.scope_state import RECENT_TAIL
 from storage import applier, messages, scopes
+from storage.group_commit import GroupCommitter
 from storage.pg import Pool
 
 
 class PgScopeStore:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, committer: GroupCommitter | None = None) -> None:
         self._pool = pool
+        self._committer = committer
 
     async def load_scope(self, scope_id: str) -> ScopeSnapshot:
         async with self._pool.connection() as conn:
@@ -27,6 +29,8 @@ class PgScopeStore:
             return await messages.find_idempotent(conn, scope_id, author_id, client_message_id)
 
     async def apply_sends(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
+        if self._committer is not None:
+            return await self._committer.apply(plans)
         async with self._pool.connection() as conn:
             return await applier.apply_sends(conn, plans)
 
