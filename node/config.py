@@ -29,6 +29,9 @@ class Settings:
     commit_lanes: int = int(os.environ.get("SCOPENODE_COMMIT_LANES", "0"))
     actor_idle_timeout: float = 120.0
     max_inflight_requests: int = 64
+    # Rows a history page may examine before answering (a private reader may see
+    # few of them): the page can come back short or empty with hasMore.
+    history_candidate_budget: int = 1000
     moderation_keywords: tuple[str, ...] = field(default_factory=tuple)
     outbox: WorkerSettings = field(default_factory=WorkerSettings)
     redeliver_limit: int = 1000

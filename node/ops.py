@@ -138,6 +138,7 @@ async def history(session: Session, request: History) -> dict[str, Any]:
             before=request.before_seq,
             limit=request.limit,
             ascending=ascending,
+            budget=session.settings.history_candidate_budget,
         )
     if ascending:
         covers = page.examined_high if page.has_more and page.examined_high else latest
@@ -154,6 +155,9 @@ async def history(session: Session, request: History) -> dict[str, Any]:
         "hasMore": page.has_more,
         "candidateBudgetExhausted": page.candidate_budget_exhausted,
     }
+    if page.has_more and not ascending and page.examined_low is not None:
+        # The continuation of a backward page, even an empty one (additive field).
+        result["continueBeforeSeq"] = page.examined_low
     if info.type is ScopeType.THREAD:
         # Context only: the root lives in the parent and never moves the thread's seqs.
         result["root"] = await thread_root(session, info)
@@ -171,7 +175,13 @@ async def resume(session: Session, resume_from: dict[str, int]) -> dict[str, int
             continue
         async with session.services.pool.connection() as conn:
             page = await messages.page(
-                conn, scope_id, viewer, after=last_seen, limit=RESUME_LIMIT, ascending=True
+                conn,
+                scope_id,
+                viewer,
+                after=last_seen,
+                limit=RESUME_LIMIT,
+                ascending=True,
+                budget=session.settings.history_candidate_budget,
             )
         for readable in page.messages:
             view = stored_message_view(readable.message)
@@ -183,7 +193,10 @@ async def resume(session: Session, resume_from: dict[str, int]) -> dict[str, int
                 await session.outbound.wait_for_room(len(payload))
             session.push(payload)
             sent[scope_id] = readable.message.seq
-        states[scope_id] = ResumeState(latest_seq=latest, has_more=page.has_more)
+        covers = page.examined_high if page.has_more and page.examined_high else latest
+        states[scope_id] = ResumeState(
+            latest_seq=latest, has_more=page.has_more, covers_through_seq=covers
+        )
     session.push(encode(Resumed(scopes=states)))
     return sent
 

@@ -285,6 +285,8 @@ class Deliver(_Frame, tag="deliver"):
 class ResumeState(Struct, rename="camel", kw_only=True):
     latest_seq: int
     has_more: bool
+    # Where to continue with ``history(afterSeq=…)`` (additive to PROTOCOL.md).
+    covers_through_seq: int | None = None
 
 
 class Resumed(_Frame, tag="resumed"):

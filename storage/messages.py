@@ -114,6 +114,7 @@ async def page(
     budget: int = CANDIDATE_BUDGET,
 ) -> Page:
     """One page of readable messages in ``(after, before)``, returned oldest first."""
+    budget = max(budget, limit)  # a page never examines fewer rows than it may return
     params: dict[str, object] = {
         "scope_id": scope_id,
         "after": after,

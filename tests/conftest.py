@@ -106,3 +106,11 @@ def database_url(pg_server_dsn: str, schema_template: str) -> Iterator[str]:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quiet_logs() -> None:
+    """Info-level logs in tests: per-send debug lines would drown every failure."""
+    from node import logs
+
+    logs.configure("info", json=False)

@@ -80,7 +80,10 @@ async def test_resume_after_500_missed_messages_then_history_pages(
             resumed_messages, resumed = await read_resume(b, scope_id)
             seqs = [m["seq"] for m in resumed_messages]
             assert seqs == list(range(2, 2 + RESUME_LIMIT))
-            assert resumed["scopes"] == {scope_id: {"latestSeq": 501, "hasMore": True}}
+            # coversThroughSeq (additive) is where history(afterSeq=…) continues.
+            assert resumed["scopes"] == {
+                scope_id: {"latestSeq": 501, "hasMore": True, "coversThroughSeq": 201}
+            }
             rest = await page_after(b, "#away", seqs[-1])
             everything = resumed_messages + rest
             assert [m["seq"] for m in everything] == list(range(2, 502))
