@@ -91,9 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-sends", type=int, help="throughput: total send bound")
     w.add_argument("--readers", type=int, help="fanout/baseline: reader sessions N")
     w.add_argument("--rate", type=float, default=0.0, help="fanout: sends/s (0: back to back)")
-    w.add_argument(
-        "--window", type=int, default=32, help="fanout: sends in flight"
-    )
+    w.add_argument("--window", type=int, default=32, help="fanout: sends in flight")
     w.add_argument("--sample-every", type=int, help="readers parse every k-th frame (50)")
     w.add_argument("--burst", type=int, default=8, help="baseline fan-out: frames per tick")
     w.add_argument("--agents", type=int, help="contention: agents A")
