@@ -8,6 +8,7 @@ from actors.model import Member, StoredMessage
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend
 from protocol.frames import AuthorView, MemberView, MessageView
+from storage.applier import message_metadata
 
 
 def rfc3339(at: datetime) -> str:
@@ -46,19 +47,18 @@ def stored_message_view(message: StoredMessage) -> MessageView:
 
 
 def committed_message_view(plan: MessagePlan, commit: CommittedSend) -> MessageView:
+    """The view of a message just committed: the same shape history returns."""
     intent = plan.intent
-    metadata = dict(intent.metadata)
-    if intent.recipients:
-        metadata["recipients"] = list(intent.recipients)
-    return MessageView(
+    stored = StoredMessage(
         id=commit.message_id,
         scope_id=intent.scope_id,
         seq=commit.seq,
         global_seq=commit.global_seq,
-        author=author_view(plan.author),
+        author=plan.author,
         message_type=intent.message_type,
         content=intent.content,
-        created_at=rfc3339(commit.created_at),
-        metadata=metadata,
-        mentions=list(plan.mentions),
+        created_at=commit.created_at,
+        metadata=message_metadata(plan),
+        mentions=plan.mentions,
     )
+    return stored_message_view(stored)

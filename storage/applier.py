@@ -111,7 +111,8 @@ def _json(value: Any) -> str:
     return _encoder.encode(value).decode()
 
 
-def send_parameters(plan: MessagePlan) -> dict[str, Any]:
+def message_metadata(plan: MessagePlan) -> dict[str, Any]:
+    """The ``metadata`` column of a planned message, as stored."""
     intent = plan.intent
     metadata = dict(intent.metadata)
     if plan.mentions:
@@ -120,6 +121,12 @@ def send_parameters(plan: MessagePlan) -> dict[str, Any]:
         metadata["recipients"] = list(intent.recipients)
     if intent.attachment_ids:
         metadata["attachmentIds"] = list(intent.attachment_ids)
+    return metadata
+
+
+def send_parameters(plan: MessagePlan) -> dict[str, Any]:
+    intent = plan.intent
+    metadata = message_metadata(plan)
     return {
         "scope_id": intent.scope_id,
         "workspace_id": intent.workspace_id,
