@@ -81,6 +81,9 @@ async def serve_node(
         if settings.commit_lanes > 0:
             committer = GroupCommitter(pool, lanes=settings.commit_lanes)
             nursery.start_soon(committer.run)
+            group = committer
+            metrics.gauges["group_commit_statements"] = lambda: float(group.transactions)
+            metrics.gauges["group_commit_sends"] = lambda: float(group.plans_committed)
         registry = ActorRegistry(
             nursery,
             PgScopeStore(pool, committer),

@@ -26,7 +26,7 @@ class Settings:
     pool_size: int = 16
     # Group-commit lanes: concurrent send transactions, each batching many scopes
     # (0: every actor commits on its own pooled connection).
-    commit_lanes: int = int(os.environ.get("SCOPENODE_COMMIT_LANES", "0"))
+    commit_lanes: int = int(os.environ.get("SCOPENODE_COMMIT_LANES", "1"))
     actor_idle_timeout: float = 120.0
     max_inflight_requests: int = 64
     # Rows a history page may examine before answering (a private reader may see

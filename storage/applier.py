@@ -111,6 +111,138 @@ def _json(value: Any) -> str:
     return _encoder.encode(value).decode()
 
 
+# Group commit: the next sends of many scopes (at most one per scope) as ONE
+# statement — one bind, one round trip, one commit for all of them. Each row
+# stands alone: a fence miss or an idempotency hit writes nothing for that
+# scope and does not disturb the others.
+SEND_GROUP = """
+WITH p AS (
+    SELECT * FROM jsonb_to_recordset(%(plans)s::jsonb) AS p(
+        ord integer, scope_id text, workspace_id text, message_id text, author_id text,
+        author_type text, client_message_id text, digest text, message_type text,
+        content text, metadata jsonb, created_at timestamptz, expected_seq bigint,
+        roster_bump integer, parent_id text, parent_generation bigint, joins jsonb,
+        outbox jsonb)
+), existing AS (
+    SELECT p.ord, m.id, m.seq, m.idempotency_payload_digest AS digest
+    FROM p JOIN scope_messages m
+      ON m.scope_id = p.scope_id AND m.author_member_id = p.author_id
+     AND m.idempotency_subject_member_id = p.author_id
+     AND m.client_message_id = p.client_message_id
+), bump AS (
+    UPDATE scopes s
+    SET latest_seq = s.latest_seq + 1,
+        latest_global_seq = nextval('message_global_seq'),
+        latest_message_at = p.created_at,
+        updated_at = p.created_at,
+        roster_generation = s.roster_generation + p.roster_bump
+    FROM p
+    WHERE s.id = p.scope_id
+      AND s.latest_seq = p.expected_seq
+      AND NOT EXISTS (SELECT 1 FROM existing e WHERE e.ord = p.ord)
+      AND (p.parent_id IS NULL OR EXISTS (
+          SELECT 1 FROM scopes parent
+          WHERE parent.id = p.parent_id AND parent.roster_generation = p.parent_generation))
+    RETURNING p.ord, s.latest_seq AS seq, s.latest_global_seq AS global_seq
+), message AS (
+    INSERT INTO scope_messages (
+        id, workspace_id, scope_id, seq, workspace_global_seq, author_member_id, author_type,
+        notify_principal_member_id, idempotency_subject_member_id, client_message_id,
+        idempotency_payload_digest, message_type, content, metadata, created_at, updated_at)
+    SELECT p.message_id, p.workspace_id, p.scope_id, b.seq, b.global_seq, p.author_id,
+        p.author_type, p.author_id, p.author_id, p.client_message_id, decode(p.digest, 'hex'),
+        p.message_type, p.content, p.metadata, p.created_at, p.created_at
+    FROM bump b JOIN p ON p.ord = b.ord
+    RETURNING id, seq, workspace_global_seq
+), sent AS (
+    SELECT p.*, m.seq AS seq, m.workspace_global_seq AS global_seq
+    FROM message m JOIN p ON p.message_id = m.id
+), search_doc AS (
+    INSERT INTO scope_message_search_docs
+        (message_id, workspace_id, scope_id, seq, author_member_id, body, created_at)
+    SELECT message_id, workspace_id, scope_id, seq, author_id, content, created_at FROM sent
+), memberships AS (
+    INSERT INTO scope_memberships
+        (scope_id, member_id, visibility, owner_member_id, effective_from_seq, last_read_seq)
+    SELECT sent.scope_id, j.member_id, j.visibility, j.owner_id, sent.seq,
+        CASE WHEN j.read_own THEN sent.seq ELSE sent.seq - 1 END
+    FROM sent, jsonb_to_recordset(sent.joins)
+        AS j(member_id text, visibility text, owner_id text, read_own boolean, state text)
+), notifications AS (
+    INSERT INTO scope_notification_settings (scope_id, member_id, state)
+    SELECT sent.scope_id, j.member_id, j.state
+    FROM sent, jsonb_to_recordset(sent.joins)
+        AS j(member_id text, visibility text, owner_id text, read_own boolean, state text)
+    ON CONFLICT (scope_id, member_id) DO UPDATE SET state = excluded.state, updated_at = now()
+), outbox AS (
+    INSERT INTO scope_fanout_outbox (
+        workspace_id, scope_id, message_id, event_ref_type, event_ref_id, fanout_type,
+        delivery_policy, target_member_id, target_seq, dedupe_key, payload, next_attempt_at)
+    SELECT sent.workspace_id, sent.scope_id, sent.message_id, 'message', sent.message_id,
+        o.fanout_type, o.policy, o.target, sent.seq, o.dedupe_key,
+        jsonb_build_object('reason', o.reason),
+        sent.created_at + CASE o.fanout_type
+            WHEN 'agent_wake' THEN %(wake_retry_after)s ELSE %(replay_after)s END
+    FROM sent, jsonb_to_recordset(sent.outbox)
+        AS o(fanout_type text, policy text, target text, dedupe_key text, reason text)
+)
+SELECT 'sent', ord, message_id, seq, global_seq, NULL::bytea FROM sent
+UNION ALL
+SELECT 'existing', ord, id, seq, NULL, digest FROM existing
+"""
+
+
+def _group_row(ord_: int, plan: MessagePlan) -> dict[str, Any]:
+    intent = plan.intent
+    return {
+        "ord": ord_,
+        "scope_id": intent.scope_id,
+        "workspace_id": intent.workspace_id,
+        "message_id": intent.message_id,
+        "author_id": plan.author.id,
+        "author_type": plan.author.type.value,
+        "client_message_id": intent.client_message_id,
+        "digest": intent.digest.hex(),
+        "message_type": intent.message_type,
+        "content": intent.content,
+        "metadata": message_metadata(plan),
+        "created_at": intent.created_at.isoformat(),
+        "expected_seq": plan.expected_seq,
+        "roster_bump": 1 if plan.memberships else 0,
+        "parent_id": plan.parent_fence[0] if plan.parent_fence else None,
+        "parent_generation": plan.parent_fence[1] if plan.parent_fence else None,
+        "joins": _joins(plan),
+        "outbox": _outbox(plan),
+    }
+
+
+async def apply_group(
+    conn: TrioConnection, plans: Sequence[MessagePlan]
+) -> list[CommittedSend | FenceLost | IdempotencyRace]:
+    """Commit one plan per scope (distinct scopes) in one autocommitted statement.
+
+    Returns per plan its result, or the fence miss / idempotency hit that made
+    it write nothing. ``conn`` must be in autocommit mode.
+    """
+    rows = [_group_row(i, plan) for i, plan in enumerate(plans)]
+    params = {
+        "plans": _json(rows),
+        "wake_retry_after": WAKE_RETRY_AFTER,
+        "replay_after": REPLAY_AFTER,
+    }
+    with map_errors():
+        cur = await conn.execute(SEND_GROUP, params)
+        found = {row[1]: row for row in await cur.fetchall()}
+    out: list[CommittedSend | FenceLost | IdempotencyRace] = []
+    for i, plan in enumerate(plans):
+        row = found.get(i)
+        try:
+            out.append(committed(plan, None if row is None else (row[0], *row[2:])))
+        except (FenceLost, IdempotencyRace) as miss:
+            out.append(miss)
+    return out
+
+
 def message_metadata(plan: MessagePlan) -> dict[str, Any]:
     """The ``metadata`` column of a planned message, as stored."""
     intent = plan.intent
@@ -122,6 +254,32 @@ def message_metadata(plan: MessagePlan) -> dict[str, Any]:
     if intent.attachment_ids:
         metadata["attachmentIds"] = list(intent.attachment_ids)
     return metadata
+
+
+def _outbox(plan: MessagePlan) -> list[dict[str, Any]]:
+    return [
+        {
+            "fanout_type": o.fanout_type,
+            "policy": o.delivery_policy.value,
+            "target": o.target_member_id,
+            "dedupe_key": o.dedupe_key,
+            "reason": o.reason,
+        }
+        for o in plan.outbox
+    ]
+
+
+def _joins(plan: MessagePlan) -> list[dict[str, Any]]:
+    return [
+        {
+            "member_id": m.member.id,
+            "visibility": m.visibility,
+            "owner_id": m.owner_member_id,
+            "read_own": m.read_through_message,
+            "state": m.state.value,
+        }
+        for m in plan.memberships
+    ]
 
 
 def send_parameters(plan: MessagePlan) -> dict[str, Any]:
@@ -141,35 +299,13 @@ def send_parameters(plan: MessagePlan) -> dict[str, Any]:
         "created_at": intent.created_at,
         "expected_seq": plan.expected_seq,
         # Row sets travel as one JSON text each: far cheaper to adapt than arrays.
-        "outbox": _json(
-            [
-                {
-                    "fanout_type": o.fanout_type,
-                    "policy": o.delivery_policy.value,
-                    "target": o.target_member_id,
-                    "dedupe_key": o.dedupe_key,
-                    "reason": o.reason,
-                }
-                for o in plan.outbox
-            ]
-        ),
+        "outbox": _json(_outbox(plan)),
         "wake_retry_after": WAKE_RETRY_AFTER,
         "replay_after": REPLAY_AFTER,
         "roster_bump": 1 if plan.memberships else 0,
         "parent_id": plan.parent_fence[0] if plan.parent_fence else None,
         "parent_generation": plan.parent_fence[1] if plan.parent_fence else None,
-        "joins": _json(
-            [
-                {
-                    "member_id": m.member.id,
-                    "visibility": m.visibility,
-                    "owner_id": m.owner_member_id,
-                    "read_own": m.read_through_message,
-                    "state": m.state.value,
-                }
-                for m in plan.memberships
-            ]
-        ),
+        "joins": _json(_joins(plan)),
     }
 
 
@@ -190,26 +326,6 @@ def committed(plan: MessagePlan, row: tuple[Any, ...] | None) -> CommittedSend:
             plan.intent.client_message_id,
         )
     return CommittedSend(message_id, seq, global_seq, plan.intent.created_at)
-
-
-async def apply_group(
-    conn: TrioConnection, plans: Sequence[MessagePlan]
-) -> list[CommittedSend | FenceLost | IdempotencyRace]:
-    """Run many plans in the caller's transaction, pipelined: one round trip.
-
-    Returns per plan its result, or the fence miss / idempotency hit that made
-    it write nothing; the caller decides whether to commit.
-    """
-    with map_errors():
-        async with conn.pipeline():
-            cursors = [await conn.execute(SEND_MESSAGE, send_parameters(p)) for p in plans]
-        out: list[CommittedSend | FenceLost | IdempotencyRace] = []
-        for plan, cur in zip(plans, cursors, strict=True):
-            try:
-                out.append(committed(plan, await cur.fetchone()))
-            except (FenceLost, IdempotencyRace) as miss:
-                out.append(miss)
-        return out
 
 
 async def apply_sends(conn: TrioConnection, plans: Sequence[MessagePlan]) -> list[CommittedSend]:

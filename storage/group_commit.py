@@ -1,18 +1,16 @@
 """Group commit across scope actors.
 
 Each actor already commits the sends queued behind its running transaction
-together. With many busy scopes and one send in flight each, that is still
-one transaction — and one WAL flush — per send. The committer gathers the
-batches that actors hand over while a transaction is running and commits them
-in the next one, pipelined in one round trip.
-
-A batch stays atomic: if one of its statements misses the fence or hits an
-existing idempotency key, the group transaction is rolled back, that batch
-alone is answered with the miss, and the other batches are committed in a new
-transaction. Batches of one scope always go through the same lane (one
-connection, one transaction at a time), so lanes never wait for each other on
-a scope row; within a transaction statements run in scope-id order, so
-committers on different nodes lock rows in the same order.
+together. With many busy scopes and one send in flight each, that is still one
+statement, one round trip and one commit per send. The committer gathers the
+batches actors hand over while its previous statement runs and commits the
+one-send batches of distinct scopes as ONE statement (``SEND_GROUP``): one
+bind, one round trip, one commit. Each scope's row stands alone in it — a
+fence miss or an idempotency hit writes nothing for that scope and is answered
+to that actor only. Batches of several sends (one scope's chain), and a second
+batch for a scope already in the group, take the ordinary one-batch path.
+Batches of one scope always go through the same lane, so lanes never wait for
+each other on a scope row.
 """
 
 from __future__ import annotations
@@ -20,12 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import psycopg
 import structlog
 import trio
 
 from actors.planner import MessagePlan
-from actors.ports import CommittedSend, FenceLost, IdempotencyRace
+from actors.ports import CommittedSend
 from storage import applier
 from storage.pg import Pool, TrioConnection
 
@@ -110,50 +107,48 @@ class GroupCommitter:
         return jobs
 
     async def _commit(self, conn: TrioConnection, jobs: list[_Job]) -> None:
-        pending = sorted(jobs, key=lambda j: j.scope_id)
-        while len(pending) > 1:
-            try:
-                missed = await self._commit_group(conn, pending)
-            except Exception as exc:
-                if isinstance(exc, trio.Cancelled):
-                    raise
-                # Find the culprit: every batch on its own.
-                log.warning("group_commit_failed", batches=len(pending), error=repr(exc))
-                break
-            if missed is None:
-                return
-            pending.remove(missed)
-        for job in pending:
+        grouped: dict[str, _Job] = {}
+        alone: list[_Job] = []
+        for job in jobs:
+            if len(job.plans) == 1 and job.scope_id not in grouped:
+                grouped[job.scope_id] = job
+            else:
+                alone.append(job)
+        if len(grouped) == 1:
+            alone[:0] = grouped.values()
+        elif grouped:
+            await self._commit_group(conn, list(grouped.values()))
+        for job in alone:
             await self._commit_alone(conn, job)
 
-    async def _commit_group(self, conn: TrioConnection, jobs: list[_Job]) -> _Job | None:
-        """Commit all jobs, or roll back and return the first job that missed."""
-        plans = [plan for job in jobs for plan in job.plans]
-        async with conn.transaction() as tx:
-            results = await applier.apply_group(conn, plans)
-            per_job = []
-            position = 0
+    async def _commit_group(self, conn: TrioConnection, jobs: list[_Job]) -> None:
+        """One statement for many scopes; each job gets its own outcome."""
+        try:
+            results = await applier.apply_group(conn, [job.plans[0] for job in jobs])
+        except Exception as exc:
+            if isinstance(exc, trio.Cancelled):
+                raise
+            # A failing row must not fail its neighbours: retry each on its own.
+            log.warning("group_commit_failed", batches=len(jobs), error=repr(exc))
             for job in jobs:
-                mine = results[position : position + len(job.plans)]
-                position += len(job.plans)
-                miss = next((r for r in mine if isinstance(r, FenceLost | IdempotencyRace)), None)
-                if miss is not None:
-                    job.fail(miss)
-                    raise psycopg.Rollback(tx)
-                per_job.append([r for r in mine if isinstance(r, CommittedSend)])
-        if len(per_job) < len(jobs):
-            return next(job for job in jobs if job.done.is_set())
+                await self._commit_alone(conn, job)
+            return
         self.transactions += 1
-        self.plans_committed += len(plans)
-        for job, result in zip(jobs, per_job, strict=True):
-            job.finish(result)
-        return None
+        for job, result in zip(jobs, results, strict=True):
+            if isinstance(result, CommittedSend):
+                self.plans_committed += 1
+                job.finish([result])
+            else:
+                job.fail(result)
 
     async def _commit_alone(self, conn: TrioConnection, job: _Job) -> None:
         try:
-            job.finish(await applier.apply_sends(conn, job.plans))
+            result = await applier.apply_sends(conn, job.plans)
         except Exception as exc:
             if isinstance(exc, trio.Cancelled):
                 raise
             job.fail(exc)
+        else:
+            self.plans_committed += len(result)
+            job.finish(result)
         self.transactions += 1

@@ -1,4 +1,4 @@
-"""Group commit across actors: batches commit together, a missed batch alone fails."""
+"""Group commit across actors: one statement for many scopes, a miss fails alone."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 import trio
 
 from actors.model import MemberType
-from actors.ports import FenceLost
+from actors.planner import MessagePlan
+from actors.ports import FenceLost, IdempotencyRace
 from actors.scope_state import Append, ScopeState, SendCommand
 from node.database import autocommit
 from storage import directory, scopes
@@ -30,7 +31,7 @@ async def test_batches_of_many_scopes_commit_together_and_a_miss_fails_alone(
             await scopes.create_channel(
                 conn, creator=author, slug=f"c{i}", name="c", visibility="public", description=""
             )
-            for i in range(6)
+            for i in range(8)
         ]
     async with (
         open_pool(database_url, size=4, configure=autocommit) as pool,
@@ -40,22 +41,23 @@ async def test_batches_of_many_scopes_commit_together_and_a_miss_fails_alone(
         nursery.start_soon(committer.run)
         store = PgScopeStore(pool)
         now = datetime.now(UTC)
-        batches = []
+        batches: list[list[MessagePlan]] = []
         for index, scope_id in enumerate(scope_ids):
             state = ScopeState(await store.load_scope(scope_id))
             plans = []
-            for n in range(3):
+            for n in range(3 if index == 7 else 2):
                 cmd = SendCommand(author, f"m{n}", f"c{n}", reply=lambda _: None)
                 decision = state.decide(cmd, now)
                 assert isinstance(decision, Append)
                 plans.append(decision.plan)
-            # Scope 2's batch starts at a seq the database never had: a fence miss.
-            batches.append(plans[1:] if index == 2 else plans)
+            # Scope 2 sends at a seq the database never had (a fence miss); scope 7
+            # is a chain of three sends, committed atomically on its own.
+            batches.append(plans if index == 7 else plans[1:] if index == 2 else plans[:1])
         outcomes: dict[str, object] = {}
 
-        async def submit(scope_id: str, plans: list[object]) -> None:
+        async def submit(scope_id: str, plans: list[MessagePlan]) -> None:
             try:
-                outcomes[scope_id] = await committer.apply(plans)  # type: ignore[arg-type]
+                outcomes[scope_id] = await committer.apply(plans)
             except FenceLost as exc:
                 outcomes[scope_id] = exc
 
@@ -64,16 +66,75 @@ async def test_batches_of_many_scopes_commit_together_and_a_miss_fails_alone(
                 senders.start_soon(submit, scope_id, plans)
         nursery.cancel_scope.cancel()
     assert isinstance(outcomes[scope_ids[2]], FenceLost)
-    for scope_id in scope_ids[:2] + scope_ids[3:]:
-        result = outcomes[scope_id]
-        assert [c.seq for c in result] == [1, 2, 3]  # type: ignore[attr-defined]
-    assert committer.plans_committed == 15
-    assert committer.transactions < 5  # several batches per transaction
+    for scope_id in scope_ids[:2] + scope_ids[3:7]:
+        assert [c.seq for c in outcomes[scope_id]] == [1]  # type: ignore[attr-defined]
+    assert [c.seq for c in outcomes[scope_ids[7]]] == [1, 2, 3]  # type: ignore[attr-defined]
+    assert committer.plans_committed == 9
+    # The six one-send batches needed at most two statements (the first may run alone).
+    assert committer.transactions <= 3
     with psycopg.connect(database_url) as conn:
         rows = conn.execute(
             "SELECT scope_id, count(*), max(seq) FROM scope_messages GROUP BY scope_id"
         ).fetchall()
-    assert {r[0]: (r[1], r[2]) for r in rows} == {s: (3, 3) for s in scope_ids if s != scope_ids[2]}
+        outbox = conn.execute("SELECT count(*) FROM scope_fanout_outbox").fetchone()
+    expected = dict.fromkeys(scope_ids[:2] + scope_ids[3:7], (1, 1)) | {scope_ids[7]: (3, 3)}
+    assert {r[0]: (r[1], r[2]) for r in rows} == expected
+    assert outbox == (9,)
+
+
+async def test_an_existing_key_in_a_group_answers_already_sent_for_that_scope_only(
+    database_url: str,
+) -> None:
+    async with await connect(database_url, autocommit=True) as conn:
+        ws = await directory.create_workspace(conn, "gc")
+        author = await directory.create_member(
+            conn, workspace_id=ws, type_=MemberType.HUMAN, handle="ann"
+        )
+        scope_ids = [
+            await scopes.create_channel(
+                conn, creator=author, slug=f"k{i}", name="c", visibility="public", description=""
+            )
+            for i in range(3)
+        ]
+    async with (
+        open_pool(database_url, size=4, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        committer = GroupCommitter(pool, lanes=1)
+        nursery.start_soon(committer.run)
+        store = PgScopeStore(pool)
+        now = datetime.now(UTC)
+        first = ScopeState(await store.load_scope(scope_ids[0]))
+        decision = first.decide(SendCommand(author, "x", "dup", reply=lambda _: None), now)
+        assert isinstance(decision, Append)
+        await committer.apply([decision.plan])
+        # A fresh cache that does not know the key plans it again at seq 2.
+        stale = ScopeState(await store.load_scope(scope_ids[0]))
+        stale.idempotency.clear()
+        again = stale.decide(SendCommand(author, "x", "dup", reply=lambda _: None), now)
+        assert isinstance(again, Append)
+        plans = [again.plan]
+        for scope_id in scope_ids[1:]:
+            state = ScopeState(await store.load_scope(scope_id))
+            other = state.decide(SendCommand(author, "y", "c", reply=lambda _: None), now)
+            assert isinstance(other, Append)
+            plans.append(other.plan)
+        outcomes: list[object] = []
+
+        async def submit(plan: MessagePlan) -> None:
+            try:
+                outcomes.append(await committer.apply([plan]))
+            except IdempotencyRace as race:
+                outcomes.append(race)
+
+        async with trio.open_nursery() as senders:
+            for plan in plans:
+                senders.start_soon(submit, plan)
+        nursery.cancel_scope.cancel()
+    races = [o for o in outcomes if isinstance(o, IdempotencyRace)]
+    assert len(races) == 1
+    assert races[0].record.seq == 1
+    assert sum(1 for o in outcomes if isinstance(o, list)) == 2
 
 
 @pytest.mark.parametrize("lanes", [1, 3])
