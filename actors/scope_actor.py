@@ -154,6 +154,7 @@ class ScopeActor:
         self.accepting = True
         self.state: ScopeState | None = None
         self.commits = 0
+        self._processing = 0
 
     # ------------------------------------------------------------ outside API
 
@@ -168,7 +169,9 @@ class ScopeActor:
 
     def statistics(self) -> dict[str, int]:
         return {
-            "queued": self._receive.statistics().current_buffer_used,
+            "queued": self._receive.statistics().current_buffer_used
+            + self._processing
+            + len(self._continuations),
             "latest_seq": self.state.latest_seq if self.state else -1,
             "commits": self.commits,
         }
@@ -206,8 +209,12 @@ class ScopeActor:
             # Remainders of logical sends go after everything queued before them.
             batch.extend(self._continuations)
             self._continuations.clear()
-            if not await self._process(batch):
-                return
+            self._processing = len(batch)
+            try:
+                if not await self._process(batch):
+                    return
+            finally:
+                self._processing = 0
 
     def _fail_queued(self) -> None:
         while self._continuations:

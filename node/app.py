@@ -168,7 +168,9 @@ async def drain(
     for session in list(services.sessions):
         session.close(CloseCode.DRAINING, "node draining; reconnect")
     with trio.move_on_after(DRAIN_TIMEOUT):
-        while services.sessions:  # noqa: ASYNC110 - sessions end on their own schedule
+        # Sessions end on their own schedule; actors finish what they hold, so
+        # nothing already handed to an actor is cut off mid-commit.
+        while services.sessions or services.registry.busy():  # noqa: ASYNC110
             await trio.sleep(0.05)
 
 

@@ -115,5 +115,9 @@ class ActorRegistry:
         if actor is not None:
             actor.accepting = False
 
+    def busy(self) -> bool:
+        """True while some actor still has queued commands."""
+        return any(actor.statistics()["queued"] for actor in self._actors.values())
+
     def statistics(self) -> dict[str, int]:
         return {"actors": len(self._actors)}
