@@ -29,7 +29,7 @@ from storage.pg import Pool, open_pool
 from storage.store import PgScopeStore
 
 log = structlog.get_logger(__name__)
-MARK_INTERVAL = 0.05
+MARK_INTERVAL = 0.5
 DRAIN_TIMEOUT = 10.0
 
 
