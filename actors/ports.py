@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -68,6 +69,9 @@ class ScopeStore(Protocol):
 
 
 class Publisher(Protocol):
+    def batch(self) -> AbstractContextManager[None]:
+        """Hold the writes queued inside the block and send them per session at its end."""
+
     def publish_messages(
         self, scope_id: str, sends: Sequence[tuple[MessagePlan, CommittedSend]]
     ) -> None:

@@ -372,19 +372,22 @@ class ScopeActor:
         self.commits += 1 if appends else 0
         published = []
         done = iter(committed)
-        for cmd, outcome in zip(cmds, outcomes, strict=True):
-            if isinstance(outcome, Append):
-                commit = next(done)
-                published.append((outcome.plan, commit))
-                result: SendResult | OperationError = state.sent_result(cmd, outcome.plan)
-                self._on_send("sent", outcome.compat)
-            else:
-                result = outcome
-                if isinstance(outcome, SendResult):
-                    self._on_send(outcome.state, False)
-            cmd.reply(result)
+        # Replies and events of one commit leave as one write per session.
+        with self._publisher.batch():
+            for cmd, outcome in zip(cmds, outcomes, strict=True):
+                if isinstance(outcome, Append):
+                    commit = next(done)
+                    published.append((outcome.plan, commit))
+                    result: SendResult | OperationError = state.sent_result(cmd, outcome.plan)
+                    self._on_send("sent", outcome.compat)
+                else:
+                    result = outcome
+                    if isinstance(outcome, SendResult):
+                        self._on_send(outcome.state, False)
+                cmd.reply(result)
+            if published:
+                self._publisher.publish_messages(self.scope_id, published)
         if published:
-            self._publisher.publish_messages(self.scope_id, published)
             self._after_commit(state, published)
         return True
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 import structlog
 
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend
+from node.outbound import coalesced_writes
 from node.views import committed_message_view
 from node.wsframe import frame
 from protocol.codec import encode
@@ -64,6 +66,9 @@ class Hub:
         return sum(len(s) for s in self._sessions.values())
 
     # ------------------------------------------------------------ Publisher
+
+    def batch(self) -> AbstractContextManager[None]:
+        return coalesced_writes()
 
     def publish_messages(
         self, scope_id: str, sends: Sequence[tuple[MessagePlan, CommittedSend]]
