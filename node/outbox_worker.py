@@ -120,7 +120,7 @@ class OutboxWorker:
             )
             return
         if row.attempts > row.max_attempts:
-            await outbox.finish(conn, row, self._owner, "failed", "not acknowledged")
+            await outbox.finish(conn, row, self._owner, "failed", outbox.NOT_ACKNOWLEDGED)
             return
         message = await messages.get_message(conn, row.message_id)
         if message is None:
@@ -140,14 +140,14 @@ class OutboxWorker:
             session.push(frame)
         self.pushed += 1
         if row.attempts >= row.max_attempts:
-            await outbox.finish(conn, row, self._owner, "failed", "not acknowledged")
+            await outbox.finish(conn, row, self._owner, "failed", outbox.NOT_ACKNOWLEDGED)
             return
         await outbox.reschedule(
             conn,
             row,
             self._owner,
             delay=backoff(row.attempts, self._settings, self._rng),
-            error="not acknowledged",
+            error=outbox.NOT_ACKNOWLEDGED,
         )
 
     async def _replay(self, conn: TrioConnection, row: LeasedRow) -> None:

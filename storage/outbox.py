@@ -18,6 +18,10 @@ from storage.errors import map_errors
 from storage.messages import MESSAGE_COLUMNS, message_from_row
 from storage.pg import TrioConnection
 
+# The worker stops pushing a wake nobody acknowledges (status failed, this
+# error); the agent's daemon still gets it on its next connect, and may ack it.
+NOT_ACKNOWLEDGED = "not acknowledged"
+
 MARK_DELIVERED = """
 UPDATE scope_fanout_outbox
 SET status = 'delivered', delivered_at = now(), lease_owner = NULL, lease_expires_at = NULL
@@ -29,7 +33,7 @@ WITH acked AS (
     UPDATE scope_fanout_outbox
     SET status = 'delivered', delivered_at = now(), lease_owner = NULL, lease_expires_at = NULL
     WHERE dedupe_key = %(key)s AND target_member_id = %(agent)s AND fanout_type = 'agent_wake'
-      AND status IN ('pending', 'leased')
+      AND (status IN ('pending', 'leased') OR (status = 'failed' AND last_error = %(gave_up)s))
     RETURNING id
 )
 SELECT EXISTS (SELECT 1 FROM acked) OR EXISTS (
@@ -44,7 +48,8 @@ FROM scope_fanout_outbox o
 JOIN scope_messages m ON m.id = o.message_id
 JOIN members mem ON mem.id = m.author_member_id
 WHERE o.fanout_type = 'agent_wake' AND o.target_member_id = %s
-  AND o.status IN ('pending', 'leased')
+  AND (o.status IN ('pending', 'leased')
+       OR (o.status = 'failed' AND o.last_error = %s))
 ORDER BY o.id
 LIMIT %s
 """
@@ -154,7 +159,9 @@ async def mark_delivered(conn: TrioConnection, dedupe_keys: Sequence[str]) -> in
 async def ack_wake(conn: TrioConnection, dedupe_key: str, agent_id: str) -> bool:
     """Acknowledge an agent delivery; False when there is no such delivery for the agent."""
     with map_errors():
-        cur = await conn.execute(ACK_WAKE, {"key": dedupe_key, "agent": agent_id})
+        cur = await conn.execute(
+            ACK_WAKE, {"key": dedupe_key, "agent": agent_id, "gave_up": NOT_ACKNOWLEDGED}
+        )
         row = await cur.fetchone()
     return bool(row and row[0])
 
@@ -162,7 +169,7 @@ async def ack_wake(conn: TrioConnection, dedupe_key: str, agent_id: str) -> bool
 async def pending_wakes(conn: TrioConnection, agent_id: str, limit: int) -> list[PendingWake]:
     """Unacknowledged deliveries of an agent, oldest first (target-seq order per scope)."""
     with map_errors():
-        cur = await conn.execute(PENDING_WAKES, (agent_id, limit))
+        cur = await conn.execute(PENDING_WAKES, (agent_id, NOT_ACKNOWLEDGED, limit))
         rows = await cur.fetchall()
     return [PendingWake(r[0], r[1], r[2], r[3] or "", message_from_row(r[4:])) for r in rows]
 

@@ -114,6 +114,12 @@ async def test_unacknowledged_push_retries_with_backoff_then_fails(
                     await trio.sleep(0.05)
             status, attempts, last_error, _ = outbox_rows(database_url, agent.id)[0]
             assert (status, attempts, last_error) == ("failed", 3, "not acknowledged")
+        # The worker gave up pushing, but the daemon still gets it when it connects.
+        async with world.client(agent, **DAEMON) as again:
+            (late,) = await delivers_until(again, 1)
+            assert late["deliveryId"] == inline["deliveryId"]
+            assert await again.request("ack", deliveryId=late["deliveryId"]) == {}
+        assert outbox_rows(database_url, agent.id)[0][0] == "delivered"
 
 
 async def test_suppressed_target_is_never_pushed(database_url: str, tmp_path: Path) -> None:
