@@ -8,7 +8,7 @@ import psycopg
 import pytest
 import trio
 
-from actors.model import MemberType
+from actors.model import Member, MemberType
 from actors.planner import MessagePlan
 from actors.ports import FenceLost, IdempotencyRace
 from actors.scope_state import Append, ScopeState, SendCommand
@@ -19,9 +19,8 @@ from storage.pg import connect, open_pool
 from storage.store import PgScopeStore
 
 
-async def test_batches_of_many_scopes_commit_together_and_a_miss_fails_alone(
-    database_url: str,
-) -> None:
+async def channels(database_url: str, count: int) -> tuple[Member, list[str]]:
+    """A workspace with one human and ``count`` channels it created."""
     async with await connect(database_url, autocommit=True) as conn:
         ws = await directory.create_workspace(conn, "gc")
         author = await directory.create_member(
@@ -31,8 +30,15 @@ async def test_batches_of_many_scopes_commit_together_and_a_miss_fails_alone(
             await scopes.create_channel(
                 conn, creator=author, slug=f"c{i}", name="c", visibility="public", description=""
             )
-            for i in range(8)
+            for i in range(count)
         ]
+    return author, scope_ids
+
+
+async def test_batches_of_many_scopes_commit_together_and_a_miss_fails_alone(
+    database_url: str,
+) -> None:
+    author, scope_ids = await channels(database_url, 8)
     async with (
         open_pool(database_url, size=4, configure=autocommit) as pool,
         trio.open_nursery() as nursery,
@@ -85,17 +91,7 @@ async def test_batches_of_many_scopes_commit_together_and_a_miss_fails_alone(
 async def test_an_existing_key_in_a_group_answers_already_sent_for_that_scope_only(
     database_url: str,
 ) -> None:
-    async with await connect(database_url, autocommit=True) as conn:
-        ws = await directory.create_workspace(conn, "gc")
-        author = await directory.create_member(
-            conn, workspace_id=ws, type_=MemberType.HUMAN, handle="ann"
-        )
-        scope_ids = [
-            await scopes.create_channel(
-                conn, creator=author, slug=f"k{i}", name="c", visibility="public", description=""
-            )
-            for i in range(3)
-        ]
+    author, scope_ids = await channels(database_url, 3)
     async with (
         open_pool(database_url, size=4, configure=autocommit) as pool,
         trio.open_nursery() as nursery,
@@ -139,14 +135,7 @@ async def test_an_existing_key_in_a_group_answers_already_sent_for_that_scope_on
 
 @pytest.mark.parametrize("lanes", [1, 3])
 async def test_single_batches_still_commit(database_url: str, lanes: int) -> None:
-    async with await connect(database_url, autocommit=True) as conn:
-        ws = await directory.create_workspace(conn, "gc")
-        author = await directory.create_member(
-            conn, workspace_id=ws, type_=MemberType.HUMAN, handle="ann"
-        )
-        scope_id = await scopes.create_channel(
-            conn, creator=author, slug="one", name="c", visibility="public", description=""
-        )
+    author, (scope_id,) = await channels(database_url, 1)
     async with (
         open_pool(database_url, size=4, configure=autocommit) as pool,
         trio.open_nursery() as nursery,
