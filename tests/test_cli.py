@@ -7,10 +7,8 @@ admin command after it) or the per-test database given by ``--database-url``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,6 +25,13 @@ import trio
 
 from node.client import ConnectionClosed, open_client
 from storage.embedded import LAYOUT_FILE
+from tests.clusters import (
+    cluster_layout,
+    live_postmaster,
+    processes_in,
+    remove_cluster_outside,
+    stop_leftover,
+)
 from tests.nodes import running_node
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,71 +112,20 @@ async def http_get(port: int, path: str) -> tuple[int, str]:
 # ------------------------------------------------------------ embedded PostgreSQL
 
 
-def _layout(data_dir: Path) -> dict[str, str]:
-    """Where the embedded cluster of ``data_dir`` lives (recorded by the launcher)."""
-    layout: dict[str, str] = json.loads((data_dir / LAYOUT_FILE).read_text())
-    return layout
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _postmaster(cluster_dir: Path) -> int | None:
-    """The live postmaster of ``cluster_dir``, or None."""
-    try:
-        pid = int((cluster_dir / "postmaster.pid").read_text().split("\n", 1)[0])
-    except (OSError, ValueError):
-        return None
-    return pid if _pid_alive(pid) else None
-
-
-def _processes_in(cluster_dir: Path) -> list[int]:
-    """Live processes whose working directory is the cluster (server and backends)."""
-    found = []
-    target = cluster_dir.resolve()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if Path(os.readlink(entry / "cwd")) == target and _pid_alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
-
-
 def assert_no_server(data_dir: Path) -> None:
-    cluster_dir = Path(_layout(data_dir)["cluster_dir"])
+    cluster_dir, _ = cluster_layout(data_dir)
     assert (cluster_dir / "PG_VERSION").exists(), cluster_dir
-    assert _postmaster(cluster_dir) is None, f"postgres still runs for {cluster_dir}"
-    assert _processes_in(cluster_dir) == []
+    assert live_postmaster(cluster_dir) is None, f"postgres still runs for {cluster_dir}"
+    assert processes_in(cluster_dir) == []
 
 
 async def _stop_leftover_server(data_dir: Path) -> None:
     """After a failure: stop a postmaster the test's processes left behind (by pid)."""
-    with contextlib.suppress(OSError, ValueError):
-        cluster_dir = Path(_layout(data_dir)["cluster_dir"])
-        pid = _postmaster(cluster_dir)
-        if pid is not None and pid in _processes_in(cluster_dir):
-            os.kill(pid, signal.SIGINT)  # fast shutdown
-            with trio.move_on_after(STOP_TIMEOUT):
-                while _postmaster(cluster_dir) is not None:
-                    await trio.sleep(0.1)
-
-
-def _remove_cluster_outside(data_dir: Path, keep_under: Path) -> None:
-    """Delete cluster files the launcher put outside ``keep_under`` (relocation
-    to a private directory when the server user cannot reach the data dir)."""
-    with contextlib.suppress(OSError, ValueError):
-        layout = _layout(data_dir)
-        for key in ("cluster_dir", "socket_dir"):
-            path = Path(layout[key])
-            if not path.resolve().is_relative_to(keep_under.resolve()):
-                shutil.rmtree(path, ignore_errors=True)
+    if stop_leftover(data_dir) is not None:
+        cluster_dir, _ = cluster_layout(data_dir)
+        with trio.move_on_after(STOP_TIMEOUT):
+            while live_postmaster(cluster_dir) is not None:
+                await trio.sleep(0.1)
 
 
 @pytest.fixture
@@ -180,7 +134,7 @@ def fresh_data_dir(tmp_path: Path) -> Iterator[Path]:
     try:
         yield data_dir
     finally:
-        _remove_cluster_outside(data_dir, tmp_path)
+        remove_cluster_outside(data_dir, tmp_path)
 
 
 # ------------------------------------------------------------ serve
@@ -289,7 +243,7 @@ async def test_serve_starts_embedded_postgres_and_admin_reuses_the_data_dir(
         assert served.token
         assert served.ws_url == f"ws://127.0.0.1:{served.port}/v1/ws"
         assert (data_dir / LAYOUT_FILE).exists()
-        assert _postmaster(Path(_layout(data_dir)["cluster_dir"])) is not None
+        assert live_postmaster(cluster_layout(data_dir)[0]) is not None
 
         status, body = await http_get(served.port, "/healthz")
         assert (status, body) == (200, "ok\n")

@@ -8,10 +8,7 @@ left behind.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -21,60 +18,24 @@ import trio
 from bench.nodeproc import free_port, stop_process, wait_healthy
 from node.client import open_client
 from protocol.errors import CloseCode
+from tests.clusters import (
+    cluster_layout,
+    pid_alive,
+    postmaster_pid,
+    processes_in,
+    remove_cluster_outside,
+    stop_leftover,
+)
 
 START_TIMEOUT = 120.0  # initdb on first start
 EXIT_TIMEOUT = 30.0
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purposes.
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    return False
-
-
-def postmaster_pid(cluster_dir: Path) -> int | None:
-    try:
-        return int((cluster_dir / "postmaster.pid").read_text().split("\n", 1)[0])
-    except (OSError, ValueError):
-        return None
-
-
-def processes_in(cluster_dir: Path) -> list[int]:
-    """Live processes whose working directory is the cluster (postmaster and backends)."""
-    found = []
-    target = cluster_dir.resolve()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if Path(os.readlink(entry / "cwd")) == target and pid_alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
-
-
-def cluster_layout(data_dir: Path) -> tuple[Path, Path]:
-    """The embedded cluster's directory and socket directory, as the node recorded them."""
-    layout = json.loads((data_dir / "pg-layout.json").read_text())
-    return Path(layout["cluster_dir"]), Path(layout["socket_dir"])
-
-
 def cleanup_cluster(data_dir: Path, keep_under: Path) -> None:
-    """Stop a PostgreSQL the node left running (fast shutdown, by its pid) and
-    delete cluster files that live outside the test's tmp dir."""
-    if not (data_dir / "pg-layout.json").exists():
-        return
-    cluster_dir, socket_dir = cluster_layout(data_dir)
-    pid = postmaster_pid(cluster_dir)
-    if pid is not None and pid_alive(pid) and pid in processes_in(cluster_dir):
-        os.kill(pid, signal.SIGINT)
-    for path in (cluster_dir, socket_dir):
-        if not path.resolve().is_relative_to(keep_under.resolve()):
-            shutil.rmtree(path, ignore_errors=True)
+    """Stop a PostgreSQL the node left running and delete cluster files outside the tmp dir."""
+    if (data_dir / "pg-layout.json").exists():
+        stop_leftover(data_dir)
+        remove_cluster_outside(data_dir, keep_under)
 
 
 async def test_sigterm_closes_sessions_with_4503_exits_0_and_stops_postgres(
