@@ -16,10 +16,9 @@ from wsproto.connection import Connection
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from actors.mentions import mode_for_forward
 from actors.model import Member
-from actors.scope_state import SendCommand
 from node import ops
+from node.ops.messages import submit_send
 from node.outbound import Outbound
 from node.services import Services
 from node.views import member_view
@@ -336,25 +335,13 @@ class Session:
         member = self.member
         assert member is not None
         try:
-            scope_id = self.services.resolver.cached(member, request.target)
-            if scope_id is None:
-                scope_id = await self.services.resolver.resolve(member, request.target)
-            mode = mode_for_forward(request.forward.mode if request.forward else None)
-            cmd = SendCommand(
-                author=member,
-                content=request.content,
-                client_message_id=request.client_message_id,
-                reply=lambda result: self._send_reply(request.id, result),
-                message_type=request.message_type,
-                attachment_ids=tuple(request.attachment_ids),
-                recipients=tuple(request.recipients),
-                mention_mode=mode,
-                forward=request.forward,
-                freshness=request.freshness,
-                freshness_declared=CAPABILITY_FRESHNESS in self.capabilities,
-                explain=request.explain,
+            await submit_send(
+                self.services,
+                member,
+                request,
+                self.capabilities,
+                lambda result: self._send_reply(request.id, result),
             )
-            await self.services.registry.submit(scope_id, cmd)
         except OperationError as exc:
             self._error(request.id, exc.code, exc.message, exc.details)
 

@@ -1,0 +1,68 @@
+"""Request handlers other than ``send``, by domain; each returns the reply's ``result``.
+
+``membership`` (channels, join/leave/invite, members, notification settings),
+``reading`` (history, resume, scopes, read state), ``grants``, ``delivery``
+(acks and redelivery), ``messages`` (the send path). Handlers see the session
+only through :class:`node.ops.context.Context`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from node.ops import delivery, grants, membership, reading
+from node.ops.context import Context
+from node.ops.delivery import redeliver
+from node.ops.reading import resume
+from protocol.errors import ErrorCode, OperationError
+from protocol.frames import (
+    Ack,
+    CreateChannel,
+    Grant,
+    History,
+    Invite,
+    Join,
+    Leave,
+    MarkRead,
+    Members,
+    React,
+    RevokeGrant,
+    Scopes,
+    Search,
+    SetNotification,
+)
+
+__all__ = ["handle", "redeliver", "resume"]
+
+
+async def handle(ctx: Context, request: Any) -> Any:
+    match request:
+        case History():
+            return await reading.history(ctx, request)
+        case Scopes():
+            return await reading.list_scopes(ctx)
+        case Members():
+            return await membership.list_members(ctx, request)
+        case CreateChannel():
+            return await membership.create_channel(ctx, request)
+        case Join() | Leave():
+            return await membership.roster(ctx, request)
+        case Invite():
+            return await membership.invite(ctx, request)
+        case SetNotification():
+            return await membership.set_notification(ctx, request)
+        case MarkRead():
+            return await reading.mark_read(ctx, request)
+        case Ack():
+            return await delivery.ack(ctx, request)
+        case Grant():
+            return await grants.grant(ctx, request)
+        case RevokeGrant():
+            return await grants.revoke_grant(ctx, request)
+        case Search():
+            raise OperationError(
+                ErrorCode.SEARCH_UNAVAILABLE, "search is not ready on this deployment"
+            )
+        case React():
+            raise OperationError(ErrorCode.VALIDATION_FAILED, "reactions are not enabled yet")
+    raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")

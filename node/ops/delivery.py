@@ -1,0 +1,57 @@
+"""Agent deliveries: acknowledgement and redelivery after reconnect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from node.hub import delivery_id, wake_dedupe_key
+from node.ops.context import Context, member_of
+from node.views import stored_message_view
+from protocol.codec import encode
+from protocol.errors import ErrorCode, OperationError
+from protocol.frames import Ack, Deliver
+from storage import outbox
+
+
+async def ack(ctx: Context, request: Ack) -> dict[str, Any]:
+    member = member_of(ctx)
+    message_part, _, agent_part = request.delivery_id.removeprefix("dlv_").partition(".")
+    if not agent_part or f"mem_{agent_part}" != member.id:
+        raise OperationError(ErrorCode.NOT_FOUND, "no such delivery", path="$.deliveryId")
+    async with ctx.services.pool.connection() as conn:
+        found = await outbox.ack_wake(
+            conn, wake_dedupe_key(f"msg_{message_part}", member.id), member.id
+        )
+    if not found:
+        raise OperationError(ErrorCode.NOT_FOUND, "no such delivery", path="$.deliveryId")
+    return {}
+
+
+async def redeliver(ctx: Context) -> None:
+    """Push an agent daemon every unacknowledged delivery, oldest first."""
+    member = member_of(ctx)
+    async with ctx.services.pool.connection() as conn:
+        pending = await outbox.pending_wakes(conn, member.id, ctx.settings.redeliver_limit)
+        allowed = []
+        for wake in pending:
+            reason = await outbox.wake_suppression(conn, wake.message.id, member.id)
+            if reason is None:
+                allowed.append(wake)
+            else:
+                await outbox.suppress(conn, wake.outbox_id, reason)
+    for wake in allowed:
+        frame = Deliver(
+            delivery_id=delivery_id(wake.message.id, member.id),
+            agent_id=member.id,
+            target_key=wake.message.scope_id,
+            target_seq=wake.target_seq,
+            reason=wake.reason,
+            message=stored_message_view(wake.message),
+        )
+        payload = encode(frame)
+        # Paced like resume: a reading daemon on a slow link is not a slow consumer.
+        with trio.move_on_after(ctx.settings.slow_consumer_grace):
+            await ctx.outbound.wait_for_room(len(payload))
+        ctx.push(payload)

@@ -1,0 +1,45 @@
+"""Private grants: an owner lets a grantee direct its private agents in one scope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.model import MemberType
+from node.ops.context import Context, member_of
+from protocol.errors import ErrorCode, OperationError
+from protocol.frames import Grant, RevokeGrant
+from storage import directory, grants, scopes
+
+
+async def grant(ctx: Context, request: Grant) -> dict[str, Any]:
+    member = member_of(ctx)
+    await ctx.services.resolver.scope(member, request.scope_id)
+    async with ctx.services.pool.connection() as conn:
+        grantee = await directory.get_member(conn, request.grantee_member_id)
+        rights = await scopes.read_rights(conn, request.scope_id, member.id)
+        if grantee is None or grantee.workspace_id != member.workspace_id:
+            raise OperationError(ErrorCode.NOT_FOUND, "no such member")
+        if member.type is not MemberType.HUMAN or not rights.current_public:
+            raise OperationError(ErrorCode.FORBIDDEN, "only a human member can grant")
+        if grantee.id == member.id:
+            raise OperationError(ErrorCode.VALIDATION_FAILED, "cannot grant to yourself")
+        grant_id = await grants.create(
+            conn,
+            workspace_id=member.workspace_id,
+            scope_id=request.scope_id,
+            owner_id=member.id,
+            grantee_id=grantee.id,
+            expires_at=request.expires_at,
+        )
+    ctx.services.registry.invalidate(request.scope_id)
+    return {"grantId": grant_id}
+
+
+async def revoke_grant(ctx: Context, request: RevokeGrant) -> dict[str, Any]:
+    member = member_of(ctx)
+    async with ctx.services.pool.connection() as conn:
+        scope_id = await grants.revoke(conn, request.grant_id, owner_id=member.id)
+    if scope_id is None:
+        raise OperationError(ErrorCode.NOT_FOUND, "no such grant", path="$.grantId")
+    ctx.services.registry.invalidate(scope_id)
+    return {}

@@ -1,0 +1,191 @@
+"""Reading: history pages, resume, the scope list, read state, thread root context."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import trio
+
+from actors.model import ScopeInfo, ScopeType
+from node.ops.context import Context, member_of, push_to_others
+from node.views import stored_message_view
+from protocol.codec import encode
+from protocol.errors import ErrorCode, OperationError
+from protocol.frames import (
+    History,
+    MarkRead,
+    MessageEvent,
+    ReadStateEvent,
+    Resumed,
+    ResumeState,
+    to_builtins,
+)
+from storage import messages, read_state, scopes
+from storage.pg import TrioConnection
+from storage.visibility import Viewer
+
+RESUME_LIMIT = 200
+
+
+async def viewer_for(ctx: Context, scope_id: str) -> tuple[Viewer, int]:
+    """The viewer's read rights in a scope and the scope's latest seq; forbidden if none."""
+    viewer, info = await scope_viewer(ctx, scope_id)
+    return viewer, info.latest_seq
+
+
+async def scope_viewer(ctx: Context, scope_id: str) -> tuple[Viewer, ScopeInfo]:
+    """The viewer's read rights in a scope (SQL predicate parameters) and the scope."""
+    member = member_of(ctx)
+    async with ctx.services.pool.connection() as conn:
+        info = await scopes.get_scope(conn, scope_id)
+        if info is None or info.workspace_id != member.workspace_id:
+            raise OperationError(ErrorCode.NOT_FOUND, "no such scope")
+        viewer = await scopes.viewer_for(conn, info, member)
+    if viewer is None:
+        raise OperationError(ErrorCode.FORBIDDEN, "not a member of this scope")
+    return viewer, info
+
+
+async def thread_root(ctx: Context, info: ScopeInfo) -> dict[str, Any] | None:
+    """A thread's root message as context, only if the viewer can read it in the parent."""
+    if info.parent_scope_id is None or info.root_message_id is None:
+        return None
+    member = member_of(ctx)
+    async with ctx.services.pool.connection() as conn:
+        parent = await scopes.get_scope(conn, info.parent_scope_id)
+        viewer = await scopes.viewer_for(conn, parent, member) if parent is not None else None
+        if viewer is None:
+            return None
+        root = await messages.readable_message(
+            conn, info.parent_scope_id, info.root_message_id, viewer
+        )
+    return to_builtins(stored_message_view(root.message)) if root is not None else None
+
+
+async def history(ctx: Context, request: History) -> dict[str, Any]:
+    member = member_of(ctx)
+    scope_id = await ctx.services.resolver.resolve(member, request.target)
+    viewer, info = await scope_viewer(ctx, scope_id)
+    latest = info.latest_seq
+    if request.before_seq is not None and request.after_seq is not None:
+        raise OperationError(
+            ErrorCode.VALIDATION_FAILED, "give beforeSeq or afterSeq, not both", path="$.afterSeq"
+        )
+    ascending = request.after_seq is not None
+    async with ctx.services.pool.connection() as conn:
+        page = await messages.page(
+            conn,
+            scope_id,
+            viewer,
+            after=request.after_seq or 0,
+            before=request.before_seq,
+            limit=request.limit,
+            ascending=ascending,
+            budget=ctx.settings.history_candidate_budget,
+        )
+    if ascending:
+        covers = page.examined_high if page.has_more and page.examined_high else latest
+    elif request.before_seq is not None:
+        covers = min(request.before_seq - 1, latest)
+    else:
+        covers = latest
+    result = {
+        "scopeId": scope_id,
+        "targetKey": scope_id,
+        "latestSeq": latest,
+        "messages": [to_builtins(stored_message_view(r.message)) for r in page.messages],
+        "coversThroughSeq": max(covers, 0),
+        "hasMore": page.has_more,
+        "candidateBudgetExhausted": page.candidate_budget_exhausted,
+    }
+    if page.has_more and not ascending and page.examined_low is not None:
+        # The continuation of a backward page, even an empty one (additive field).
+        result["continueBeforeSeq"] = page.examined_low
+    if info.type is ScopeType.THREAD:
+        # Context only: the root lives in the parent and never moves the thread's seqs.
+        result["root"] = await thread_root(ctx, info)
+    return result
+
+
+async def resume(ctx: Context, resume_from: dict[str, int]) -> dict[str, int]:
+    """Push missed readable messages per scope, then ``resumed``; returns the last seq sent."""
+    states: dict[str, ResumeState] = {}
+    sent: dict[str, int] = {}
+    for scope_id, last_seen in resume_from.items():
+        try:
+            viewer, latest = await viewer_for(ctx, scope_id)
+        except OperationError:
+            continue
+        async with ctx.services.pool.connection() as conn:
+            page = await messages.page(
+                conn,
+                scope_id,
+                viewer,
+                after=last_seen,
+                limit=RESUME_LIMIT,
+                ascending=True,
+                budget=ctx.settings.history_candidate_budget,
+            )
+        for readable in page.messages:
+            view = stored_message_view(readable.message)
+            payload = encode(MessageEvent(scope_id=scope_id, message=view))
+            # Paced by the writer: a burst of up to 200 messages must not close
+            # a reading client as a slow consumer. A client that does not read
+            # at all is still closed (the queue stays over the cap).
+            with trio.move_on_after(ctx.settings.slow_consumer_grace):
+                await ctx.outbound.wait_for_room(len(payload))
+            ctx.push(payload)
+            sent[scope_id] = readable.message.seq
+        covers = page.examined_high if page.has_more and page.examined_high else latest
+        states[scope_id] = ResumeState(
+            latest_seq=latest, has_more=page.has_more, covers_through_seq=covers
+        )
+    ctx.push(encode(Resumed(scopes=states)))
+    return sent
+
+
+async def list_scopes(ctx: Context) -> dict[str, Any]:
+    member = member_of(ctx)
+    async with ctx.services.pool.connection() as conn:
+        summaries = await scopes.scopes_of_member(conn, member.id)
+        if member.is_private_agent:
+            # A private agent's unread counts only what it may read (R-17).
+            counted = []
+            for s in summaries:
+                viewer = Viewer(member, False, await _grant_scopes(conn, s.id))
+                unread = await read_state.readable_unread(conn, s.id, viewer, s.last_read_seq)
+                counted.append(replace(s, unread=unread))
+            summaries = counted
+    return {
+        "scopes": [
+            {
+                "id": s.id,
+                "type": s.type,
+                "slug": s.slug,
+                "name": s.name,
+                "latestSeq": s.latest_seq,
+                "lastReadSeq": s.last_read_seq,
+                "unread": s.unread,
+                "notification": s.notification,
+            }
+            for s in summaries
+        ]
+    }
+
+
+async def _grant_scopes(conn: TrioConnection, scope_id: str) -> tuple[str, ...]:
+    info = await scopes.get_scope(conn, scope_id)
+    parent = info.parent_scope_id if info is not None else None
+    return (scope_id, parent) if parent else (scope_id,)
+
+
+async def mark_read(ctx: Context, request: MarkRead) -> dict[str, Any]:
+    member = member_of(ctx)
+    async with ctx.services.pool.connection() as conn:
+        last_read = await scopes.mark_read(conn, request.scope_id, member.id, request.seq)
+    if last_read is None:
+        raise OperationError(ErrorCode.FORBIDDEN, "not a member of this scope")
+    payload = encode(ReadStateEvent(scope_id=request.scope_id, last_read_seq=last_read))
+    push_to_others(ctx, ctx.services.hub.sessions_of(member.id), payload)
+    return {"lastReadSeq": last_read}
