@@ -31,6 +31,7 @@ from protocol.frames import (
     Search,
     SetNotification,
 )
+from storage import messages
 
 __all__ = ["handle", "redeliver", "resume"]
 
@@ -60,9 +61,28 @@ async def handle(ctx: Context, request: Any) -> Any:
         case RevokeGrant():
             return await grants.revoke_grant(ctx, request)
         case Search():
+            if request.scope_id is not None:
+                # Not built yet, but never an oracle: a scope the caller may not
+                # read answers as `history` would (not_found / forbidden).
+                await reading.scope_viewer(ctx, request.scope_id)
             raise OperationError(
                 ErrorCode.SEARCH_UNAVAILABLE, "search is not ready on this deployment"
             )
         case React():
+            await _readable_message(ctx, request.message_id)
             raise OperationError(ErrorCode.VALIDATION_FAILED, "reactions are not enabled yet")
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")
+
+
+async def _readable_message(ctx: Context, message_id: str) -> None:
+    """Check the caller may read a message: ``not_found`` outside its workspace or
+    when there is no such message, ``forbidden`` when it exists but is not readable."""
+    async with ctx.services.pool.connection() as conn:
+        message = await messages.get_message(conn, message_id)
+    if message is None:
+        raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
+    viewer, _ = await reading.scope_viewer(ctx, message.scope_id)
+    async with ctx.services.pool.connection() as conn:
+        readable = await messages.readable_message(conn, message.scope_id, message_id, viewer)
+    if readable is None:
+        raise OperationError(ErrorCode.FORBIDDEN, "the message is not readable")
