@@ -19,12 +19,37 @@ so that every later process (the node, admin commands) finds the same cluster:
   chowned; ancestors are never touched;
 * the port is a stable hash of the data dir (it only names the socket file).
 
-A server already running for the cluster (started by another process) is
-reused and left running by ``stop()``. A ``postmaster.pid`` left by a crash is
-detected (pid dead, a zombie, or another program) and removed, after waiting
-for orphaned backends of the old server to exit. Concurrent ``start()`` calls
-on one data dir, from any process, are serialised by ``flock`` on
-``<data_dir>/pg.lock``.
+Who stops the server
+--------------------
+Every process using the server (a node, an admin command, a test) holds a
+*shared* ``flock`` on ``<data_dir>/pg.users`` from ``start()`` to ``stop()``.
+The kernel drops a flock when its holder dies, however it dies, so the lock
+answers "does this server still have a live user?" without trusting pids
+(which get reused). ``stop()`` stops the server when it can take that lock
+*exclusively*, i.e. no other live process uses it: the last user out stops
+the server, whoever started it. Hence:
+
+* an admin command run while a node is up finds the node's shared lock and
+  leaves the server running for it;
+* after a node is SIGKILLed its server keeps running with no user; the next
+  process that finds it (``start()`` can take the lock exclusively) logs
+  ``embedded_pg.adopted`` and stops it on exit like a server it started.
+
+A ``postmaster.pid`` left by a crashed *server* is detected (pid dead, a
+zombie, or another program) and removed, after waiting for orphaned backends
+of the old server to exit. ``start()`` and ``stop()`` on one data dir, from
+any process, are serialised by an exclusive ``flock`` on ``<data_dir>/pg.lock``.
+
+Clusters kept outside their data dir
+------------------------------------
+A cluster under ``/var/lib/scopenode-pg`` records the data dir it belongs to
+in ``<cluster>/scopenode-data-dir.json``. Every ``start()`` (so ``scopenode
+serve`` and every admin command) removes the clusters there whose data dir no
+longer exists and whose server is not running, and logs each one
+(``embedded_pg.orphaned_cluster_removed``); see
+:func:`remove_orphaned_clusters`. A cluster without the record (initdb still
+running, or created by an older version) is never touched: nobody can tell
+whose it is.
 """
 
 from __future__ import annotations
@@ -45,7 +70,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 import psycopg
@@ -54,13 +79,21 @@ from psycopg import sql
 
 from storage.errors import EmbeddedPostgresError
 
-__all__ = ["EmbeddedPostgres", "EmbeddedPostgresError", "find_pg_bin_dir"]
+__all__ = [
+    "EmbeddedPostgres",
+    "EmbeddedPostgresError",
+    "find_pg_bin_dir",
+    "recorded_data_dir",
+    "remove_orphaned_clusters",
+]
 
 SUPERUSER = "postgres"
 SERVER_USER_FALLBACK = "scopenode-pg"
 PRIVATE_CLUSTER_ROOT = Path("/var/lib/scopenode-pg")
 LAYOUT_FILE = "pg-layout.json"
 LOCK_FILE = "pg.lock"
+USERS_FILE = "pg.users"
+CLUSTER_RECORD = "scopenode-data-dir.json"
 START_TIMEOUT = 60
 
 # sun_path is 108 bytes on Linux including the NUL; keep a little margin.
@@ -74,6 +107,9 @@ _SERVER_SETTINGS = {
     "shared_buffers": "128MB",
 }
 _ORPHAN_WAIT = 10.0
+# A cluster being deleted is first renamed to this prefix so that no other
+# process can start it half-deleted, and a removal cut short is finished later.
+_REMOVING_PREFIX = ".removing-"
 
 _log = structlog.get_logger(__name__)
 
@@ -149,7 +185,8 @@ class EmbeddedPostgres:
 
     ``start()`` is idempotent and returns a libpq URL connecting as the
     superuser over the unix socket to ``database`` (created if missing).
-    ``stop()`` stops the server only if this object started it.
+    ``stop()`` stops the server unless another live process still uses it
+    (see the module docstring).
     ``server_settings`` (e.g. ``{"fsync": "off"}`` for a test suite) are added
     to the defaults when this object starts the server; a reused server keeps
     whatever it was started with.
@@ -172,7 +209,9 @@ class EmbeddedPostgres:
         self._user: _ServerUser | None = None
         self._dsn: str | None = None
         self._started_here = False
-        self._postmaster_pid: int | None = None
+        self._adopted = False
+        # Open (and share-locked) from start() to stop(): our mark as a user.
+        self._users: IO[str] | None = None
 
     @property
     def dsn(self) -> str:
@@ -198,8 +237,13 @@ class EmbeddedPostgres:
 
     @property
     def started_here(self) -> bool:
-        """Whether this object started the server (and so ``stop()`` stops it)."""
+        """Whether this object started the server."""
         return self._started_here
+
+    @property
+    def adopted(self) -> bool:
+        """Whether ``start()`` found the server running without any live user."""
+        return self._adopted
 
     def start(self) -> str:
         """Ensure the server runs and ``database`` exists; return the DSN."""
@@ -213,41 +257,71 @@ class EmbeddedPostgres:
             self._prepare_directories(layout)
             if not (Path(layout.cluster_dir) / "PG_VERSION").exists():
                 self._initdb(layout)
+            self._record_data_dir(layout)
             _make_private_dir(Path(layout.socket_dir), self._server_user())
-            if self._running_postmaster(layout) is not None:
-                self._wait_until_answering(layout)
-                self._log.info("embedded_pg.reused", cluster_dir=layout.cluster_dir)
-            else:
-                self._start_server(layout)
-                self._started_here = True
-                self._postmaster_pid = self._running_postmaster(layout)
-            _ensure_database(_dsn(layout, SUPERUSER), self._database)
+            users = (self._data_dir / USERS_FILE).open("a")
+            try:
+                self._start_or_join(layout, users)
+                _ensure_database(_dsn(layout, SUPERUSER), self._database)
+            except BaseException:
+                users.close()  # not a user after all: leave the server to the next one
+                raise
+            self._users = users
         self._dsn = _dsn(layout, self._database)
+        if not self._server_user().is_self:
+            # Only root keeps clusters outside their data dirs, and only root
+            # can delete them.
+            try:
+                remove_orphaned_clusters(log=self._log)
+            except OSError as exc:
+                self._log.warning("embedded_pg.orphan_cleanup_failed", error=str(exc))
         return self._dsn
 
-    def stop(self) -> None:
-        """Stop the server (fast shutdown) if this object started it.
+    def _start_or_join(self, layout: _Layout, users: IO[str]) -> None:
+        """Start the server, or use the running one; leave ``users`` share-locked."""
+        if (pid := self._running_postmaster(layout)) is not None:
+            self._wait_until_answering(layout)
+            # Exclusive succeeds only if nobody holds the users lock: whoever
+            # ran this server is gone without stopping it (e.g. SIGKILL).
+            if _try_flock(users, fcntl.LOCK_EX):
+                self._adopted = True
+                self._log.warning(
+                    "embedded_pg.adopted",
+                    cluster_dir=layout.cluster_dir,
+                    pid=pid,
+                    reason="the server runs but no process uses it any more",
+                )
+            else:
+                self._log.info("embedded_pg.reused", cluster_dir=layout.cluster_dir)
+        else:
+            self._start_server(layout)
+            self._started_here = True
+        # Under pg.lock nobody can observe the moment between dropping the
+        # exclusive lock and taking the shared one (flock converts non-atomically).
+        fcntl.flock(users.fileno(), fcntl.LOCK_SH)
 
-        A server that died and was restarted by someone else since is not
-        ours any more and is left alone.
-        """
-        if not self._started_here:
-            self._dsn = None
+    def stop(self) -> None:
+        """Stop the server (fast shutdown) unless another live process uses it."""
+        users, self._users = self._users, None
+        self._dsn = None
+        if users is None:
             return
         layout = self._require_layout()
-        with _exclusive_lock(self._data_dir / LOCK_FILE):
-            if self._running_postmaster(layout) != self._postmaster_pid:
-                self._log.warning("embedded_pg.not_stopped", reason="server is not ours any more")
-                self._started_here = False
-                self._dsn = None
+        with _exclusive_lock(self._data_dir / LOCK_FILE), users:
+            if not _try_flock(users, fcntl.LOCK_EX):
+                self._log.info(
+                    "embedded_pg.left_running",
+                    cluster_dir=layout.cluster_dir,
+                    reason="another process still uses it",
+                )
+                return
+            if self._running_postmaster(layout) is None:
                 return
             result = self._pg_ctl("-D", layout.cluster_dir, "-m", "fast", "-w", "stop")
             if result.returncode != 0 and self._running_postmaster(layout) is not None:
                 raise EmbeddedPostgresError(
                     f"pg_ctl stop failed: {result.stderr.strip()}\n{self._log_tail(layout)}"
                 )
-        self._started_here = False
-        self._dsn = None
         self._log.info("embedded_pg.stopped", cluster_dir=layout.cluster_dir)
 
     def __enter__(self) -> EmbeddedPostgres:
@@ -296,12 +370,27 @@ class EmbeddedPostgres:
             socket_dir = Path("/tmp") / f"scopenode-{digest[:16]}"
         return _Layout(str(cluster_dir), str(socket_dir), port)
 
+    def _record_data_dir(self, layout: _Layout) -> None:
+        """Write which data dir a private cluster belongs to, so that it can be
+        removed once that data dir is gone (rewritten if missing or stale)."""
+        if not _is_private(layout):
+            return
+        record = Path(layout.cluster_dir) / CLUSTER_RECORD
+        if recorded_data_dir(Path(layout.cluster_dir)) == self._data_dir.resolve():
+            return
+        _write_atomically(record, json.dumps({"data_dir": str(self._data_dir.resolve())}) + "\n")
+        user = self._server_user()
+        if not user.is_self:
+            # Everything in PGDATA belongs to the server user; postgres tools
+            # (pg_basebackup, pg_upgrade) trip over files they cannot read.
+            os.chown(record, user.uid, user.gid)
+
     def _prepare_directories(self, layout: _Layout) -> None:
         """Create the cluster directory (0700, owned by the server user); a
         pre-existing one must already belong to that user."""
         user = self._server_user()
         cluster_dir = Path(layout.cluster_dir)
-        if cluster_dir.parent == PRIVATE_CLUSTER_ROOT:
+        if _is_private(layout):
             # Root-owned and searchable only, so the server user can reach
             # its own subdirectory and list nothing else.
             PRIVATE_CLUSTER_ROOT.mkdir(mode=0o711, parents=True, exist_ok=True)
@@ -455,6 +544,77 @@ class EmbeddedPostgres:
             return "(no server log)"
 
 
+# --- clusters outside their data dir --------------------------------------------
+
+
+def recorded_data_dir(cluster_dir: Path) -> Path | None:
+    """The data dir a private cluster recorded as its own, or None without a record."""
+    try:
+        recorded = json.loads((cluster_dir / CLUSTER_RECORD).read_text())["data_dir"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return Path(recorded) if isinstance(recorded, str) else None
+
+
+def remove_orphaned_clusters(
+    *,
+    root: Path = PRIVATE_CLUSTER_ROOT,
+    discard_under: Path | None = None,
+    log: Any | None = None,
+) -> list[Path]:
+    """Delete the clusters under ``root`` whose data dir no longer exists and
+    whose server is not running; log and return them.
+
+    With ``discard_under``, clusters of data dirs inside that directory go as
+    well even though it still exists (a test session cleaning up after
+    itself). Clusters without a record are left alone.
+    """
+    log = log if log is not None else _log
+    discard = discard_under.resolve() if discard_under is not None else None
+    try:
+        entries = sorted(root.iterdir())
+    except FileNotFoundError:
+        return []
+    removed: list[Path] = []
+    for cluster_dir in entries:
+        if cluster_dir.name.startswith(_REMOVING_PREFIX):
+            shutil.rmtree(cluster_dir, ignore_errors=True)
+            continue
+        data_dir = recorded_data_dir(cluster_dir)
+        if data_dir is None or cluster_dir.is_symlink():
+            continue
+        if data_dir.exists() and not (discard is not None and data_dir.is_relative_to(discard)):
+            continue
+        if _server_runs_in(cluster_dir):
+            continue
+        doomed = root / f"{_REMOVING_PREFIX}{cluster_dir.name}.{os.getpid()}"
+        try:
+            cluster_dir.rename(doomed)
+        except OSError:  # another process removed it first
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
+        # A warning, so that admin commands (which log only warnings) say it too.
+        log.warning(
+            "embedded_pg.orphaned_cluster_removed",
+            cluster_dir=str(cluster_dir),
+            data_dir=str(data_dir),
+        )
+        removed.append(cluster_dir)
+    return removed
+
+
+def _is_private(layout: _Layout) -> bool:
+    return Path(layout.cluster_dir).parent == PRIVATE_CLUSTER_ROOT
+
+
+def _server_runs_in(cluster_dir: Path) -> bool:
+    """Whether a postmaster or any backend still uses ``cluster_dir``."""
+    pid = _pid_from_file(cluster_dir / "postmaster.pid")
+    if pid is not None and _pid_alive(pid) and _process_name(pid) in ("postgres", "postmaster"):
+        return True
+    return bool(_processes_in(cluster_dir))
+
+
 # --- helpers ------------------------------------------------------------------
 
 
@@ -466,6 +626,14 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _try_flock(handle: IO[str], operation: int) -> bool:
+    try:
+        fcntl.flock(handle.fileno(), operation | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _server_user() -> _ServerUser:

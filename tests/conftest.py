@@ -4,12 +4,20 @@ PostgreSQL: one real server per test session (``pg_server_dsn``), either the
 one named by ``SCOPENODE_TEST_DATABASE_URL`` or an embedded cluster started in
 a temporary directory; every test that needs a database gets a fresh, empty
 one (``empty_database_url``), dropped afterwards.
+
+As root, the embedded clusters of data dirs the server user cannot reach
+(pytest's 0700 temporary directories among them) live under
+``/var/lib/scopenode-pg``; ``_private_clusters_left_as_found`` removes the
+ones this session created and fails the session if one of them still has a
+running server.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,14 +26,65 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from storage.embedded import EmbeddedPostgres
+from storage.embedded import (
+    PRIVATE_CLUSTER_ROOT,
+    EmbeddedPostgres,
+    recorded_data_dir,
+    remove_orphaned_clusters,
+)
 from storage.pg import dsn_for_database
+from tests.clusters import live_postmaster, pid_alive, processes_in
 
 TEST_DATABASE_URL_ENV = "SCOPENODE_TEST_DATABASE_URL"
 
 # Only for the throwaway test cluster: skipping fsync survives a killed
 # server process (just not an OS crash) and makes CREATE DATABASE cheap.
 _TEST_SERVER_SETTINGS = {"fsync": "off"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_clusters_left_as_found(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """Session teardown (after every other fixture's): delete the private
+    clusters of this session's data dirs and of data dirs that are gone.
+
+    Clusters of other sessions running concurrently on the machine belong to
+    data dirs that still exist outside our temporary directory and are kept.
+    """
+    basetemp = tmp_path_factory.getbasetemp().resolve()
+    yield
+    remove_orphaned_clusters(discard_under=basetemp)
+    leaked = [
+        cluster_dir
+        for cluster_dir in _entries(PRIVATE_CLUSTER_ROOT)
+        if (data_dir := recorded_data_dir(cluster_dir)) is not None
+        and data_dir.is_relative_to(basetemp)
+    ]
+    if leaked:
+        # A test left its server running: stop it (it is this session's), so
+        # the next run starts clean, and report the leak.
+        for cluster_dir in leaked:
+            _stop_postmaster(cluster_dir)
+        remove_orphaned_clusters(discard_under=basetemp)
+        pytest.fail(f"servers left running by this test session: {leaked}")
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return sorted(directory.iterdir())
+    except FileNotFoundError:
+        return []
+
+
+def _stop_postmaster(cluster_dir: Path, timeout: float = 30.0) -> None:
+    pid = live_postmaster(cluster_dir)
+    if pid is None or pid not in processes_in(cluster_dir):
+        return  # not running, or the pid names another process now
+    os.kill(pid, signal.SIGINT)  # fast shutdown
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

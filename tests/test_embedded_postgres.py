@@ -1,7 +1,10 @@
-"""The embedded PostgreSQL launcher: start, reuse, stop, crash recovery, long paths.
+"""The embedded PostgreSQL launcher: start, reuse, stop, crash recovery, long
+paths, who stops a shared server, and clusters kept outside their data dir.
 
-Every server started here is stopped (or killed by pid) and its files outside
-pytest's temporary directory are removed, whatever the test outcome.
+Launcher objects are tested in-process; crashes, admin commands next to a node
+and leftover clusters with real ``scopenode`` processes. Every server started
+here is stopped (or killed by pid) and its files outside pytest's temporary
+directory are removed, whatever the test outcome.
 """
 
 from __future__ import annotations
@@ -11,15 +14,36 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+import trio
 
-from storage.embedded import EmbeddedPostgres
+from bench.nodeproc import free_port, stop_process, wait_healthy
+from node.client import open_client
+from storage.embedded import (
+    PRIVATE_CLUSTER_ROOT,
+    EmbeddedPostgres,
+    recorded_data_dir,
+    remove_orphaned_clusters,
+)
+from tests.clusters import (
+    cluster_layout,
+    live_postmaster,
+    pid_alive,
+    processes_in,
+    remove_cluster_outside,
+    stop_leftover,
+)
 
 ServerFactory = Callable[[Path], EmbeddedPostgres]
 
@@ -47,7 +71,7 @@ def wait_until_dead(pid: int, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def remove_cluster_outside(server: EmbeddedPostgres, keep_under: Path) -> None:
+def remove_server_files_outside(server: EmbeddedPostgres, keep_under: Path) -> None:
     """Delete a stopped server's cluster/socket dirs living outside pytest's
     tmp dir (the private /var/lib or /tmp locations)."""
     for path in (server.cluster_dir, server.socket_dir):
@@ -90,7 +114,7 @@ def make_server(tmp_path: Path) -> Iterator[ServerFactory]:
             wait_until_dead(pid)
     for server in servers:
         with contextlib.suppress(Exception):  # never started: no layout
-            remove_cluster_outside(server, tmp_path)
+            remove_server_files_outside(server, tmp_path)
 
 
 def test_start_connect_stop_leaves_no_server(make_server: ServerFactory, tmp_path: Path) -> None:
@@ -121,12 +145,31 @@ def test_second_instance_reuses_running_server_and_leaves_it_up(
     second = make_server(tmp_path / "data")
     assert second.start() == dsn
     assert not second.started_here
+    assert not second.adopted  # the first one is alive and uses it
     assert postmaster_pid(second) == pid
     second.stop()
 
     assert select_one(dsn) == ("scopenode",)
     first.stop()
     assert not (first.cluster_dir / "postmaster.pid").exists()
+
+
+def test_the_last_user_out_stops_the_server_whoever_started_it(
+    make_server: ServerFactory, tmp_path: Path
+) -> None:
+    first = make_server(tmp_path / "data")
+    dsn = first.start()
+    pid = postmaster_pid(first)
+    assert pid is not None
+    second = make_server(tmp_path / "data")
+    second.start()
+
+    first.stop()  # started it, but the second one still uses it
+    assert select_one(dsn) == ("scopenode",)
+    second.stop()
+
+    wait_until_dead(pid)
+    assert not (second.cluster_dir / "postmaster.pid").exists()
 
 
 def test_stale_pid_file_after_crash_is_recovered(
@@ -166,3 +209,213 @@ def test_long_data_dir_path_uses_a_short_socket_dir(make_server: ServerFactory) 
         server.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# ------------------------------------------------------------ leftover clusters
+
+
+def make_cluster(root: Path, name: str, data_dir: Path | None) -> Path:
+    """A fake private cluster recording ``data_dir`` (no record when None)."""
+    cluster_dir = root / name
+    (cluster_dir / "base").mkdir(parents=True)
+    (cluster_dir / "PG_VERSION").write_text("15\n")
+    if data_dir is not None:
+        (cluster_dir / "scopenode-data-dir.json").write_text(
+            json.dumps({"data_dir": str(data_dir)}) + "\n"
+        )
+    return cluster_dir
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self.seen.append((event, fields))
+
+    info = warning
+
+
+def test_remove_orphaned_clusters_only_takes_stopped_clusters_of_vanished_data_dirs(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    alive_data_dir = tmp_path / "alive"
+    alive_data_dir.mkdir()
+    gone = tmp_path / "gone"
+    orphan = make_cluster(root, "orphan", gone)
+    kept = make_cluster(root, "kept", alive_data_dir)
+    unrecorded = make_cluster(root, "unrecorded", None)
+    busy = make_cluster(root, "busy", tmp_path / "also-gone")
+    interrupted = make_cluster(root, ".removing-old.1", gone)
+    # Any process working in the cluster stands for its server.
+    user = subprocess.Popen(["sleep", "60"], cwd=busy)
+    try:
+        events = Events()
+        removed = remove_orphaned_clusters(root=root, log=events)
+
+        assert removed == [orphan]
+        assert not orphan.exists()
+        assert not interrupted.exists()
+        assert kept.exists()
+        assert unrecorded.exists()
+        assert busy.exists()
+        assert events.seen == [
+            (
+                "embedded_pg.orphaned_cluster_removed",
+                {"cluster_dir": str(orphan), "data_dir": str(gone)},
+            )
+        ]
+    finally:
+        user.kill()
+        user.wait()
+    assert remove_orphaned_clusters(root=root, log=events) == [busy]
+    # A test session's own data dirs still exist when it cleans up after itself.
+    assert remove_orphaned_clusters(root=root, discard_under=tmp_path, log=events) == [kept]
+    assert sorted(root.iterdir()) == [unrecorded]
+
+
+# ------------------------------------------------------------ real nodes
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT = 120.0  # initdb on first start
+STOP_TIMEOUT = 30.0
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+
+
+@dataclass
+class Node:
+    process: trio.Process
+    port: int
+
+
+@asynccontextmanager
+async def serving(data_dir: Path, log_path: Path) -> AsyncIterator[Node]:
+    """``scopenode serve`` on a free port until healthy; SIGTERM'd by pid on the way out."""
+    port = free_port()
+    argv = [sys.executable, "-m", "node", "serve", "--port", str(port)]
+    argv += ["--data-dir", str(data_dir), "--log-level", "info"]
+    with log_path.open("wb") as log:
+        process = await trio.lowlevel.open_process(
+            argv, stdout=log, stderr=log, cwd=REPO, env=_env()
+        )
+    try:
+        try:
+            await wait_healthy(f"ws://127.0.0.1:{port}", process, START_TIMEOUT)
+        except (RuntimeError, trio.TooSlowError) as exc:
+            raise AssertionError(f"node did not start:\n{log_path.read_text()[-3000:]}") from exc
+        yield Node(process, port)
+    finally:
+        with trio.CancelScope(shield=True):
+            await stop_process(process)
+
+
+async def sigterm(node: Node, log_path: Path) -> None:
+    process = node.process
+    process.send_signal(signal.SIGTERM)
+    with trio.fail_after(STOP_TIMEOUT):
+        await process.wait()
+    assert process.returncode == 0, log_path.read_text()[-3000:]
+
+
+def assert_stopped(cluster_dir: Path, pid: int) -> None:
+    assert not pid_alive(pid), f"postgres {pid} outlived the node"
+    assert live_postmaster(cluster_dir) is None
+    assert processes_in(cluster_dir) == []
+
+
+def cleanup(data_dir: Path, keep_under: Path) -> None:
+    """Stop a server a failed test left running (by pid), delete its files outside ``keep_under``."""
+    if (pid := stop_leftover(data_dir)) is not None:
+        wait_until_dead(pid, STOP_TIMEOUT)
+    remove_cluster_outside(data_dir, keep_under)
+
+
+@pytest.fixture
+def node_data_dir(tmp_path: Path) -> Iterator[Path]:
+    data_dir = tmp_path / "data"
+    try:
+        yield data_dir
+    finally:
+        cleanup(data_dir, tmp_path)
+
+
+async def test_a_killed_nodes_server_is_adopted_and_stopped_by_the_next_node(
+    node_data_dir: Path, tmp_path: Path
+) -> None:
+    async with serving(node_data_dir, tmp_path / "first.log") as first:
+        cluster_dir, _ = cluster_layout(node_data_dir)
+        pg_pid = live_postmaster(cluster_dir)
+        assert pg_pid is not None
+        first.process.kill()
+        await first.process.wait()
+    assert live_postmaster(cluster_dir) == pg_pid  # the crash left the server running
+
+    log_path = tmp_path / "second.log"
+    async with serving(node_data_dir, log_path) as second:
+        assert live_postmaster(cluster_dir) == pg_pid
+        await sigterm(second, log_path)
+
+    assert "embedded_pg.adopted" in log_path.read_text()
+    assert_stopped(cluster_dir, pg_pid)
+
+
+async def test_an_admin_command_leaves_a_running_nodes_server_to_the_node(
+    node_data_dir: Path, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "node.log"
+    async with serving(node_data_dir, log_path) as node:
+        cluster_dir, _ = cluster_layout(node_data_dir)
+        pg_pid = live_postmaster(cluster_dir)
+        assert pg_pid is not None
+        argv = [sys.executable, "-m", "node", "admin", "create-workspace", "--name", "x"]
+        argv += ["--data-dir", str(node_data_dir)]
+        with trio.fail_after(START_TIMEOUT):
+            admin = await trio.run_process(
+                argv, capture_stdout=True, capture_stderr=True, check=False, cwd=REPO, env=_env()
+            )
+        assert admin.returncode == 0, admin.stderr.decode()
+        assert json.loads(admin.stdout)["workspaceId"]
+
+        assert live_postmaster(cluster_dir) == pg_pid
+        token = (node_data_dir / "demo-token").read_text().strip()
+        url = f"ws://127.0.0.1:{node.port}/v1/ws"
+        async with open_client(url, token) as client:
+            sent = await client.send("#general", "the database is still there")
+            assert sent["state"] == "sent"
+        await sigterm(node, log_path)
+
+    assert_stopped(cluster_dir, pg_pid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="private clusters exist only as root")
+async def test_the_cluster_of_a_deleted_data_dir_is_removed_by_the_next_node(
+    tmp_path: Path,
+) -> None:
+    # mkdtemp makes 0700 directories: the server user cannot reach them.
+    first_dir = Path(tempfile.mkdtemp(prefix="scopenode-test-"))
+    other_dir = Path(tempfile.mkdtemp(prefix="scopenode-test-"))
+    try:
+        async with serving(first_dir, tmp_path / "first.log") as first:
+            cluster_dir, _ = cluster_layout(first_dir)
+            assert cluster_dir.parent == PRIVATE_CLUSTER_ROOT
+            assert recorded_data_dir(cluster_dir) == first_dir.resolve()
+            await sigterm(first, tmp_path / "first.log")
+        shutil.rmtree(first_dir)
+        assert cluster_dir.exists()
+
+        log_path = tmp_path / "other.log"
+        async with serving(other_dir, log_path) as other:
+            assert not cluster_dir.exists()
+            await sigterm(other, log_path)
+        log = log_path.read_text()
+        assert "embedded_pg.orphaned_cluster_removed" in log
+        assert str(cluster_dir) in log
+    finally:
+        for data_dir in (first_dir, other_dir):
+            cleanup(data_dir, data_dir)
+            shutil.rmtree(data_dir, ignore_errors=True)
+        remove_orphaned_clusters()  # the first one, should the test have failed early
