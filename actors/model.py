@@ -168,3 +168,5 @@ class ScopeSnapshot:
     recent: tuple[StoredMessage, ...]
     idempotency: dict[tuple[str, str], IdempotencyRecord]
     thread: ThreadContext | None = None
+    # The database's clock when the snapshot was taken (the actor's clock anchor).
+    db_now: datetime | None = None

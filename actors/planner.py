@@ -48,6 +48,8 @@ class ScopeContext:
     notification: Mapping[str, NotificationState]
     latest_seq: int
     thread: ThreadFacts | None = None
+    # The scope's ``roster_generation`` this context reflects (the send's fence).
+    roster_generation: int = 0
 
     def roster(self) -> list[str]:
         """Potential readers: members of the scope, and for a thread the parent's
@@ -131,6 +133,14 @@ class MessagePlan:
     memberships: tuple[MembershipMutation, ...] = ()
     # Threads: the parent scope and the roster generation the plan was built on.
     parent_fence: tuple[str, int] | None = None
+    # The scope's own roster generation the plan was built on: a roster or grant
+    # change committed since (on any node) makes the send a fence miss.
+    expected_generation: int = 0
+
+    @property
+    def roster_bump(self) -> int:
+        """What the send adds to the scope's roster generation (it writes memberships)."""
+        return 1 if self.memberships else 0
 
 
 def mentions_of(intent: MessageIntent) -> frozenset[str]:
@@ -240,7 +250,9 @@ def plan_message(
     mutations, admissions = thread_mutations(intent, author, scope, mentioned)
     vis = with_memberships(scope.visibility, mutations, seq)
     if mutations:
-        scope = ScopeContext(vis, scope.notification, scope.latest_seq, scope.thread)
+        scope = ScopeContext(
+            vis, scope.notification, scope.latest_seq, scope.thread, scope.roster_generation
+        )
     readers: set[str] = set()
     wakes: list[tuple[str, str]] = []
     explain: list[RecipientExplain] = []
@@ -292,6 +304,7 @@ def plan_message(
             if scope.thread is not None
             else None
         ),
+        expected_generation=scope.roster_generation,
     )
 
 

@@ -12,7 +12,7 @@ import hashlib
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -45,6 +45,9 @@ ROW_LIMIT = 16_000
 CHUNK_SUFFIX = "#"
 
 SendReply = Callable[[SendResult | OperationError], None]
+
+# timestamptz resolution: "strictly after" a grant timestamp.
+_TICK = timedelta(microseconds=1)
 
 
 @dataclass(slots=True)
@@ -113,6 +116,8 @@ class ScopeState:
     def __init__(self, snapshot: ScopeSnapshot) -> None:
         self.scope: ScopeInfo = snapshot.scope
         self.latest_seq = snapshot.scope.latest_seq
+        # The roster generation this cache reflects; every send is fenced on it.
+        self.roster_generation = snapshot.scope.roster_generation
         self.members: dict[str, Member] = dict(snapshot.members)
         self.intervals: dict[str, tuple[Membership, ...]] = {}
         for membership in snapshot.memberships:
@@ -122,6 +127,17 @@ class ScopeState:
             )
         self.notification: dict[str, NotificationState] = dict(snapshot.notification)
         self.grants = snapshot.grants
+        # Messages are timestamped strictly after every grant change the cache
+        # knows, so a message sent after a grant or revoke falls on its far side.
+        self._grant_floor = max(
+            (
+                t + _TICK
+                for g in snapshot.grants
+                for t in (g.created_at, g.revoked_at)
+                if t is not None
+            ),
+            default=datetime.min.replace(tzinfo=UTC),
+        )
         self.thread: ThreadFacts | None = None
         self.parent_readers: frozenset[str] = frozenset()
         if snapshot.thread is not None:
@@ -175,7 +191,26 @@ class ScopeState:
         return self._ctx
 
     def scope_context(self) -> ScopeContext:
-        return ScopeContext(self.visibility, self.notification, self.latest_seq, self.thread)
+        return ScopeContext(
+            self.visibility, self.notification, self.latest_seq, self.thread, self.roster_generation
+        )
+
+    def roster_changed(self, generation: int) -> None:
+        """This actor's own roster write left the scope at ``generation``.
+
+        Adopted only when it is the next one: a gap means another node changed
+        the roster too, and keeping the old value makes the next send miss the
+        fence and reload.
+        """
+        if generation == self.roster_generation + 1:
+            self.roster_generation = generation
+
+    @property
+    def time_floor(self) -> datetime:
+        """The earliest time the next message may carry (see ``actors/clock.py``)."""
+        if self.recent and self.recent[-1][2] > self._grant_floor:
+            return self.recent[-1][2]
+        return self._grant_floor
 
     def current_readers(self) -> frozenset[str]:
         return frozenset(
@@ -266,6 +301,7 @@ class ScopeState:
         )
         plan = plan_message(intent, author, self.scope_context(), expected_seq=expected)
         self.latest_seq = plan.seq
+        self.roster_generation += plan.roster_bump
         for mutation in plan.memberships:
             self.apply_membership(
                 mutation.member,

@@ -1,0 +1,590 @@
+"""The authorization matrix: every op × every kind of actor × every kind of scope.
+
+One node, real WebSockets, real PostgreSQL. :data:`MATRIX` says, for each
+scope kind, what each actor kind gets for each op: ``ok`` (a ``reply``) or the
+``error`` code. ``test_authorization_matrix`` builds the worlds and asks every
+cell; ``test_doc_is_current`` checks that ``docs/authorization.md`` is the
+rendering of the same data. Regenerate the doc with::
+
+    python -m tests.test_authorization_matrix > docs/authorization.md
+
+Read-only cells of a scope kind share one world; a cell whose op changes the
+roster (join, leave, invite, remove) gets a fresh world of its own, so no
+answer depends on the order in which cells run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from actors.model import MemberType
+from node.client import Client
+from tests.nodes import Person, World, running_node
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "authorization.md"
+REGEN_ENV = "SCOPENODE_REGEN_DOCS"
+TIMEOUT = 120
+PARALLEL = 12  # worlds built and cells asked at once
+
+OK = "ok"
+FORBIDDEN = "forbidden"
+NOT_FOUND = "not_found"
+SEARCH_UNAVAILABLE = "search_unavailable"  # search is not built yet: its "allowed" answer
+NOT_ENABLED = "validation_failed"  # react is not built yet: its "allowed" answer
+NA = None  # the combination cannot exist
+
+PUBLIC_CHANNEL = "public channel"
+PRIVATE_CHANNEL = "private channel"
+DM = "DM"
+THREAD = "thread"
+SCOPE_KINDS = (PUBLIC_CHANNEL, PRIVATE_CHANNEL, DM, THREAD)
+
+ACTORS: dict[str, str] = {
+    "member": "a current public member (a human; in a thread, one who has posted there)",
+    "owner": "the channel's owner (its creator)",
+    "former": "a former member: joined, then left",
+    "outsider": "a human of the workspace who is not a member",
+    "foreign": "a member of another workspace",
+    "own_agent": "a private agent of the channel's owner, added by it as a private member"
+    " (in a thread: admitted by its owner's mention)",
+    "other_agent": "a private agent of another owner, not a member",
+    "third": "a human of the workspace who is not one of the DM's two members",
+    "leaver": "a public member of the parent who posted in the thread, then left the parent",
+}
+COLUMNS: dict[str, tuple[str, ...]] = {
+    PUBLIC_CHANNEL: (
+        "member",
+        "owner",
+        "former",
+        "outsider",
+        "foreign",
+        "own_agent",
+        "other_agent",
+    ),
+    PRIVATE_CHANNEL: (
+        "member",
+        "owner",
+        "former",
+        "outsider",
+        "foreign",
+        "own_agent",
+        "other_agent",
+    ),
+    DM: ("member", "third", "foreign", "other_agent"),
+    THREAD: ("member", "outsider", "foreign", "own_agent", "other_agent", "leaver"),
+}
+LEFT_OUT: tuple[tuple[str, str], ...] = (
+    (
+        "channel owner in a DM or a thread",
+        "a DM has two equal members and no owner; a thread"
+        " has none either (its parent's owner reads and posts there as a public member of the"
+        " parent, which is the *current public member* column)",
+    ),
+    ("former member of a DM", "a DM's membership is fixed: nobody leaves or joins it"),
+    (
+        "former member of a thread",
+        "thread membership follows the parent; the former members"
+        " that matter are the *thread poster who left the parent* column",
+    ),
+    ("outsider in a DM", "that is the *DM third party* column"),
+    (
+        "private agent of the owner in a DM",
+        "a DM between two humans cannot get a private"
+        " member (invite is forbidden there); the DM of an owner with its own private agent is"
+        " that agent's private DM",
+    ),
+    ("DM third party in a channel or a thread", "that is the *outsider* column"),
+    (
+        "thread poster who left the parent, in a channel or a DM",
+        "that is the *former member* column of the parent channel",
+    ),
+    ("`remove` the channel owner / the owner's private agent in a DM", "a DM has neither"),
+    ("`remove` the channel owner in a thread", "a thread has no owner"),
+)
+
+OPS: dict[str, tuple[str, str]] = {
+    # key: (op on the wire, the request each cell sends)
+    "send": ("send", "`send` a text message to `scope:<id>`"),
+    "history": ("history", "`history` of `scope:<id>`"),
+    "search": ("search", "`search` with `scopeId`"),
+    "markRead": ("markRead", "`markRead` seq 1"),
+    "react": ("react", "`react` to a message of the scope that its members may read"),
+    "members": ("members", "`members` of the scope"),
+    "join": ("join", "`join`"),
+    "leave": ("leave", "`leave`"),
+    "invite": ("invite", "`invite` a human of the workspace who is not a member"),
+    "invite_private": (
+        "invite",
+        "`invite` with `visibility: private` the owner's other private agent (in a DM: the"
+        " first member's private agent)",
+    ),
+    "remove_member": ("remove", "`remove` a current public member (in a DM: the other member)"),
+    "remove_agent": ("remove", "`remove` the owner's private agent (the *private agent* column)"),
+    "remove_owner": ("remove", "`remove` the channel owner"),
+    "grant": ("grant", "`grant` to a current public member (in a DM: the other member)"),
+    "revokeGrant": ("revokeGrant", "`revokeGrant` a grant made by the *current public member*"),
+    "setNotification": ("setNotification", "`setNotification` to `quiet`"),
+}
+MUTATING = frozenset(
+    {"join", "leave", "invite", "invite_private", "remove_member", "remove_agent", "remove_owner"}
+)
+
+F, NF, SU, NE = FORBIDDEN, NOT_FOUND, SEARCH_UNAVAILABLE, NOT_ENABLED
+# fmt: off
+_CHANNEL_READS: dict[str, tuple[str | None, ...]] = {
+    #                  member owner former outsider foreign own_agent other_agent
+    "send":            (OK,   OK,   F,     F,       NF,     OK,       F),
+    "history":         (OK,   OK,   F,     F,       NF,     OK,       F),
+    "search":          (SU,   SU,   F,     F,       NF,     SU,       F),
+    "markRead":        (OK,   OK,   F,     F,       NF,     OK,       F),
+    "react":           (NE,   NE,   F,     F,       NF,     NE,       F),
+    "members":         (OK,   OK,   F,     F,       NF,     OK,       F),
+}
+_CHANNEL_REST: dict[str, tuple[str | None, ...]] = {
+    "leave":           (OK,   OK,   OK,    OK,      NF,     OK,       OK),
+    "invite":          (OK,   OK,   F,     F,       NF,     F,        F),
+    "invite_private":  (F,    OK,   F,     F,       NF,     F,        F),
+    "remove_member":   (F,    OK,   F,     F,       NF,     F,        F),
+    "remove_agent":    (F,    OK,   F,     F,       NF,     F,        F),
+    "remove_owner":    (F,    F,    F,     F,       NF,     F,        F),
+    "grant":           (OK,   OK,   F,     F,       NF,     F,        F),
+    "revokeGrant":     (OK,   NF,   NF,    NF,      NF,     NF,       NF),
+    "setNotification": (OK,   OK,   F,     F,       NF,     OK,       F),
+}
+MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
+    PUBLIC_CHANNEL: {
+        **_CHANNEL_READS,
+        "join":        (OK,   OK,   OK,    OK,      NF,     F,        F),
+        **_CHANNEL_REST,
+    },
+    PRIVATE_CHANNEL: {
+        **_CHANNEL_READS,
+        "join":        (F,    F,    F,     F,       NF,     F,        F),
+        **_CHANNEL_REST,
+    },
+    DM: {
+        #                  member third foreign other_agent
+        "send":            (OK,   F,    NF,     F),
+        "history":         (OK,   F,    NF,     F),
+        "search":          (SU,   F,    NF,     F),
+        "markRead":        (OK,   F,    NF,     F),
+        "react":           (NE,   F,    NF,     F),
+        "members":         (OK,   F,    NF,     F),
+        "join":            (F,    F,    NF,     F),
+        "leave":           (F,    F,    NF,     F),
+        "invite":          (F,    F,    NF,     F),
+        "invite_private":  (F,    F,    NF,     F),
+        "remove_member":   (F,    F,    NF,     F),
+        "remove_agent":    (NA,   NA,   NA,     NA),
+        "remove_owner":    (NA,   NA,   NA,     NA),
+        "grant":           (OK,   F,    NF,     F),
+        "revokeGrant":     (OK,   NF,   NF,     NF),
+        "setNotification": (OK,   F,    NF,     F),
+    },
+    THREAD: {
+        #                  member outsider foreign own_agent other_agent leaver
+        "send":            (OK,   F,       NF,     OK,       F,          F),
+        "history":         (OK,   F,       NF,     OK,       F,          F),
+        "search":          (SU,   F,       NF,     SU,       F,          F),
+        "markRead":        (OK,   F,       NF,     OK,       F,          F),
+        "react":           (NE,   F,       NF,     NE,       F,          F),
+        "members":         (OK,   F,       NF,     OK,       F,          F),
+        "join":            (F,    F,       NF,     F,        F,          F),
+        "leave":           (OK,   OK,      NF,     OK,       OK,         OK),
+        "invite":          (F,    F,       NF,     F,        F,          F),
+        "invite_private":  (F,    F,       NF,     F,        F,          F),
+        "remove_member":   (F,    F,       NF,     F,        F,          F),
+        "remove_agent":    (F,    F,       NF,     F,        F,          F),
+        "remove_owner":    (NA,   NA,      NA,     NA,       NA,         NA),
+        "grant":           (OK,   F,       NF,     F,        F,          F),
+        "revokeGrant":     (OK,   NF,      NF,     NF,       NF,         NF),
+        "setNotification": (OK,   F,       NF,     OK,       F,          F),
+    },
+}
+# fmt: on
+
+
+def expected_cells() -> dict[tuple[str, str, str], str]:
+    """(scope kind, op key, actor) → expected answer, for every combination that exists."""
+    cells: dict[tuple[str, str, str], str] = {}
+    for kind in SCOPE_KINDS:
+        rows = MATRIX[kind]
+        assert list(rows) == list(OPS), f"{kind}: rows must be exactly {list(OPS)} in order"
+        for op, answers in rows.items():
+            assert len(answers) == len(COLUMNS[kind]), (kind, op)
+            for actor, answer in zip(COLUMNS[kind], answers, strict=True):
+                if answer is not None:
+                    cells[(kind, op, actor)] = answer
+    return cells
+
+
+# ---------------------------------------------------------------- the document
+
+_INTRO = """\
+# Authorization
+
+Who may do what, per kind of scope. Every cell below is asked by
+`tests/test_authorization_matrix.py` against a running node (real WebSockets,
+real PostgreSQL), and this page is rendered from that test's own table: if the
+page and the test disagree, the test fails. Regenerate it with
+
+```sh
+python -m tests.test_authorization_matrix > docs/authorization.md
+```
+
+**ok** is a `reply`; anything else is the `error` code the node answers.
+The rules in short:
+
+- A scope answers `not_found` to a member of another workspace, whatever it
+  asks: scopes, messages and grants of other workspaces do not exist for it.
+- Reading (`history`, `members`, `search`, `react`) and writing (`send`,
+  `markRead`, `setNotification`) need current membership: a public one for
+  humans and public agents, any membership interval for a private agent, which
+  then reads only the rows it may see. A former member, an outsider and
+  another owner's private agent get `forbidden`.
+- Channels: a current public member invites humans and public agents; a
+  private agent is added (`visibility: private`) only by its owner, where the
+  owner is a current public member; private agents never invite, join or
+  remove. Only public channels can be joined. `join` and `leave` are
+  idempotent. The channel's owner removes members and nobody removes the
+  owner; an owner removes its own private agent.
+- DMs have a fixed membership: no `join`, `leave`, `invite` or `remove`.
+- Threads are read and written through the parent: humans and public agents
+  while they are current public members of the parent, private agents only by
+  admission. No `join`, `invite` or `remove`. Leaving the parent ends the
+  member's thread memberships under it.
+- `grant` is for human current public members; `revokeGrant` only for the
+  grant's owner, and anyone else gets `not_found` (a grant's existence is not
+  revealed).
+- `search` and `react` are not built yet. They still check that the caller
+  may read the scope (or message) first; their "allowed" answer is the typed
+  error `search_unavailable` and `validation_failed` ("not enabled").
+"""
+
+
+def _cell(answer: str | None) -> str:
+    if answer is None:
+        return "—"
+    if answer == OK:
+        return "**ok**"
+    return f"`{answer}`"
+
+
+def render() -> str:
+    """``docs/authorization.md``, from :data:`MATRIX` and its legends."""
+    lines = [_INTRO, "## Who the columns are", "", "| column | who |", "| --- | --- |"]
+    lines += [f"| {actor} | {who} |" for actor, who in ACTORS.items()]
+    lines += ["", "## What each row asks", "", "| row | request |", "| --- | --- |"]
+    lines += [f"| {key} | {request} |" for key, (_, request) in OPS.items()]
+    for kind in SCOPE_KINDS:
+        columns = COLUMNS[kind]
+        lines += ["", f"## {kind[0].upper()}{kind[1:]}", ""]
+        lines.append("| op | " + " | ".join(columns) + " |")
+        lines.append("| --- |" + " :-: |" * len(columns))
+        for op, answers in MATRIX[kind].items():
+            if all(answer is None for answer in answers):
+                continue
+            lines.append(f"| {op} | " + " | ".join(_cell(a) for a in answers) + " |")
+    lines += ["", "## Combinations that cannot exist", ""]
+    lines += [f"- {what}: {why}." for what, why in LEFT_OUT]
+    lines.append(
+        "- A row that is not listed under a scope kind (or a cell shown as —) has no"
+        " such target there."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def test_doc_is_current() -> None:
+    expected_cells()  # the table is well formed
+    rendered = render()
+    if os.environ.get(REGEN_ENV):
+        DOC.write_text(rendered)
+    assert DOC.exists(), "docs/authorization.md is missing"
+    assert DOC.read_text() == rendered, (
+        "docs/authorization.md is stale: regenerate it with "
+        f"`python -m tests.test_authorization_matrix > docs/authorization.md` (or {REGEN_ENV}=1)"
+    )
+
+
+# ---------------------------------------------------------------- the worlds
+
+
+@dataclass
+class Scene:
+    """One scope with every actor kind in place, and the ids the cells need."""
+
+    kind: str
+    scope_id: str
+    message_id: str  # readable by every member, the owner's private agent included
+    actors: dict[str, Client]
+    targets: dict[str, str]  # remove_member, remove_agent, remove_owner, invite, ...
+    granter: Client  # the "member" actor, whose grant revokeGrant cells revoke
+
+
+@dataclass
+class Cast:
+    world: World
+    people: dict[str, Person]
+    clients: dict[str, Client]
+    hold: trio.Nursery  # keeps the sessions opened while building worlds
+    slugs: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    handles: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+
+async def ask(client: Client, cast: Cast, op: str, **fields: Any) -> dict[str, Any]:
+    """Send a request with a fresh string id (auto ids are ints) and return the answer."""
+    return await client.request_frame({"type": op, "id": f"m{next(cast.ids)}", **fields})
+
+
+async def ok(client: Client, cast: Cast, op: str, **fields: Any) -> dict[str, Any]:
+    answer = await ask(client, cast, op, **fields)
+    assert answer["type"] == "reply", (op, fields, answer)
+    result: dict[str, Any] = answer["result"]
+    return result
+
+
+async def channel_scene(cast: Cast, kind: str) -> Scene:
+    c, p = cast.clients, cast.people
+    owner = c["owner"]
+    slug = f"m{next(cast.slugs)}"
+    visibility = "public" if kind == PUBLIC_CHANNEL else "private"  # threads: private parent
+    created = await ok(owner, cast, "createChannel", slug=slug, name=slug, visibility=visibility)
+    scope = created["scopeId"]
+    invited = ["member", "target", "former"] + (["leaver"] if kind == THREAD else [])
+
+    async def invite(who: str, visibility: str = "public") -> None:
+        await ok(owner, cast, "invite", scopeId=scope, memberId=p[who].id, visibility=visibility)
+
+    async with trio.open_nursery() as nursery:
+        for who in invited:
+            nursery.start_soon(invite, who)
+        nursery.start_soon(invite, "own_agent", "private")
+    await ok(c["former"], cast, "leave", scopeId=scope)
+    first = await ok(
+        owner,
+        cast,
+        "send",
+        target=f"scope:{scope}",
+        content="first",
+        clientMessageId=f"first-{slug}",
+    )
+    actors = {name: c[name] for name in COLUMNS[PUBLIC_CHANNEL]}
+    targets = {
+        "remove_member": p["target"].id,
+        "remove_agent": p["own_agent"].id,
+        "remove_owner": p["owner"].id,
+        "invite": p["invitee"].id,
+        "invite_private": p["second_agent"].id,
+        "grant": p["target"].id,
+    }
+    scene = Scene(kind, scope, first["messageId"], actors, targets, c["member"])
+    if kind == THREAD:
+        scene = await thread_scene(cast, scene, slug)
+    return scene
+
+
+async def thread_scene(cast: Cast, parent: Scene, slug: str) -> Scene:
+    """A thread under a private channel: the owner admits its private agent by a mention,
+    the member, the target and the leaver post; then the leaver leaves the parent."""
+    c = cast.clients
+    opened = await ok(
+        c["owner"],
+        cast,
+        "send",
+        target=f"#{slug}:{parent.message_id}",
+        content="@p welcome",
+        clientMessageId=f"root-{slug}",
+    )
+    thread = opened["targetKey"]
+
+    async def post(who: str) -> None:
+        await ok(
+            c[who],
+            cast,
+            "send",
+            target=f"scope:{thread}",
+            content=f"from {who}",
+            clientMessageId=f"{who}-{slug}",
+        )
+
+    async with trio.open_nursery() as nursery:
+        for who in ("member", "target", "leaver"):
+            nursery.start_soon(post, who)
+    await ok(c["leaver"], cast, "leave", scopeId=parent.scope_id)
+    actors = {name: c[name] for name in COLUMNS[THREAD]}
+    targets = {**parent.targets}
+    return Scene(THREAD, thread, opened["messageId"], actors, targets, c["member"])
+
+
+async def dm_scene(cast: Cast) -> Scene:
+    """A DM between two fresh humans (a pair has one DM), the first with a private agent."""
+    n = next(cast.handles)
+    first = await cast.world.member(f"dma{n}")
+    second = await cast.world.member(f"dmb{n}")
+    agent = await cast.world.member(f"dmp{n}", MemberType.AGENT, owner=first, private=True)
+    client = await cast.hold.start(session, cast.world, first)
+    sent = await ok(
+        client, cast, "send", target=f"dm:{second.id}", content="hello", clientMessageId=f"dm-{n}"
+    )
+    c = cast.clients
+    actors = {
+        "member": client,
+        "third": c["outsider"],
+        "foreign": c["foreign"],
+        "other_agent": c["other_agent"],
+    }
+    targets = {
+        "remove_member": second.id,
+        "invite": cast.people["invitee"].id,
+        "invite_private": agent.id,
+        "grant": second.id,
+    }
+    return Scene(DM, sent["targetKey"], sent["messageId"], actors, targets, client)
+
+
+async def session(
+    world: World, person: Person, *, task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Open a session for ``person`` and keep it open until cancelled."""
+    kind = "daemon" if person.member.type is MemberType.AGENT else "browser"
+    async with world.client(person, kind=kind, max_pending_events=math.inf) as client:
+        task_status.started(client)
+        await trio.sleep_forever()
+
+
+async def scene(cast: Cast, kind: str) -> Scene:
+    return await dm_scene(cast) if kind == DM else await channel_scene(cast, kind)
+
+
+# ---------------------------------------------------------------- the cells
+
+
+async def answer(cast: Cast, s: Scene, op_key: str, actor: str) -> str:
+    """Ask one cell; ``ok`` for a reply, else the error code."""
+    client = s.actors[actor]
+    op = OPS[op_key][0]
+    fields: dict[str, Any]
+    if op_key == "send":
+        fields = {
+            "target": f"scope:{s.scope_id}",
+            "content": f"{actor} says hi",
+            "clientMessageId": f"cell-{next(cast.ids)}",
+        }
+    elif op_key == "history":
+        fields = {"target": f"scope:{s.scope_id}"}
+    elif op_key == "search":
+        fields = {"query": "hi", "scopeId": s.scope_id}
+    elif op_key == "markRead":
+        fields = {"scopeId": s.scope_id, "seq": 1}
+    elif op_key == "react":
+        fields = {"messageId": s.message_id, "emoji": "+1"}
+    elif op_key in ("members", "join", "leave"):
+        fields = {"scopeId": s.scope_id}
+    elif op_key == "invite":
+        fields = {"scopeId": s.scope_id, "memberId": s.targets["invite"]}
+    elif op_key == "invite_private":
+        fields = {
+            "scopeId": s.scope_id,
+            "memberId": s.targets["invite_private"],
+            "visibility": "private",
+        }
+    elif op_key.startswith("remove_"):
+        fields = {"scopeId": s.scope_id, "memberId": s.targets[op_key]}
+    elif op_key == "grant":
+        fields = {"scopeId": s.scope_id, "granteeMemberId": s.targets["grant"]}
+    elif op_key == "revokeGrant":
+        made = await ok(
+            s.granter, cast, "grant", scopeId=s.scope_id, granteeMemberId=s.targets["grant"]
+        )
+        fields = {"grantId": made["grantId"]}
+    elif op_key == "setNotification":
+        fields = {"scopeId": s.scope_id, "state": "quiet"}
+    else:  # pragma: no cover - the table and this function name the same ops
+        raise AssertionError(op_key)
+    reply = await ask(client, cast, op, **fields)
+    if reply["type"] == "reply":
+        return OK
+    assert reply["type"] == "error", reply
+    return str(reply["code"])
+
+
+_PEOPLE: tuple[tuple[str, MemberType, str | None], ...] = (
+    # name, type, owner (name) — a private agent when it has an owner
+    ("owner", MemberType.HUMAN, None),
+    ("member", MemberType.HUMAN, None),
+    ("target", MemberType.HUMAN, None),
+    ("former", MemberType.HUMAN, None),
+    ("outsider", MemberType.HUMAN, None),
+    ("invitee", MemberType.HUMAN, None),
+    ("leaver", MemberType.HUMAN, None),
+    ("own_agent", MemberType.AGENT, "owner"),
+    ("second_agent", MemberType.AGENT, "owner"),
+    ("other_agent", MemberType.AGENT, "member"),
+)
+_HANDLES = {"own_agent": "p", "second_agent": "p2", "other_agent": "q"}
+_ACTING = ("owner", "member", "target", "former", "outsider", "leaver", "own_agent", "other_agent")
+
+
+async def test_authorization_matrix(database_url: str, tmp_path: Path) -> None:
+    expected = expected_cells()
+    got: dict[tuple[str, str, str], str] = {}
+    with trio.fail_after(TIMEOUT):
+        async with running_node(database_url, tmp_path) as node, trio.open_nursery() as hold:
+            world = await World.create(node, "matrix")
+            elsewhere = await World.create(node, "elsewhere")
+            people: dict[str, Person] = {}
+            for name, type_, owner in _PEOPLE:
+                people[name] = await world.member(
+                    _HANDLES.get(name, name),
+                    type_,
+                    owner=people[owner] if owner else None,
+                    private=owner is not None,
+                )
+            people["foreign"] = await elsewhere.member("foreign")
+            clients = {name: await hold.start(session, world, people[name]) for name in _ACTING}
+            clients["foreign"] = await hold.start(session, elsewhere, people["foreign"])
+            cast = Cast(world, people, clients, hold)
+
+            shared: dict[str, Scene] = {}
+
+            async def build_shared(kind: str) -> None:
+                shared[kind] = await scene(cast, kind)
+
+            async with trio.open_nursery() as nursery:
+                for kind in SCOPE_KINDS:
+                    nursery.start_soon(build_shared, kind)
+
+            limiter = trio.CapacityLimiter(PARALLEL)
+
+            async def run(cell: tuple[str, str, str]) -> None:
+                kind, op, actor = cell
+                async with limiter:
+                    try:
+                        s = await scene(cast, kind) if op in MUTATING else shared[kind]
+                        got[cell] = await answer(cast, s, op, actor)
+                    except Exception as exc:  # one broken cell must not hide the others
+                        got[cell] = f"crashed: {exc!r}"
+
+            async with trio.open_nursery() as nursery:
+                for cell in expected:
+                    nursery.start_soon(run, cell)
+            hold.cancel_scope.cancel()
+
+    wrong = {cell: (want, got[cell]) for cell, want in expected.items() if got[cell] != want}
+    assert not wrong, f"{len(wrong)} of {len(expected)} cells differ:\n" + "\n".join(
+        f"  {kind} / {op} / {actor}: expected {want}, got {have}"
+        for (kind, op, actor), (want, have) in sorted(wrong.items())
+    )
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())
