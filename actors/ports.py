@@ -17,7 +17,12 @@ from actors.planner import MessagePlan
 
 
 class FenceLost(Exception):
-    """The conditional update of ``scopes.latest_seq`` matched no row: memory is stale."""
+    """The fenced update of the scope row matched nothing: memory is stale.
+
+    The fence is ``latest_seq``, the scope's ``roster_generation`` (and the
+    parent's for a thread), and the message time not being ahead of the
+    database clock.
+    """
 
 
 class IdempotencyRace(Exception):
@@ -40,6 +45,16 @@ class CommittedSend:
     seq: int
     global_seq: int
     created_at: datetime
+    # The database clock when the statement ran: re-anchors the actor's clock.
+    db_now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RosterChange:
+    """A roster write and the scope's ``roster_generation`` right after it."""
+
+    membership: Membership | None
+    generation: int
 
 
 class ScopeStore(Protocol):
@@ -59,13 +74,14 @@ class ScopeStore(Protocol):
         visibility: str,
         owner_member_id: str | None,
         state: NotificationState,
-    ) -> Membership: ...
+    ) -> RosterChange: ...
 
-    async def leave(self, scope_id: str, member_id: str) -> Membership | None: ...
+    async def leave(self, scope_id: str, member_id: str) -> RosterChange: ...
 
     async def set_notification(
         self, scope_id: str, member_id: str, state: NotificationState
-    ) -> None: ...
+    ) -> int:
+        """Store the setting; returns the scope's new roster generation."""
 
 
 class Publisher(Protocol):

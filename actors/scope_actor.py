@@ -24,8 +24,9 @@ from typing import Any
 import structlog
 import trio
 
+from actors.clock import DbClock
 from actors.mentions import live_handles
-from actors.model import Member, NotificationState
+from actors.model import Member, NotificationState, ScopeSnapshot
 from actors.ports import CommittedSend, FenceLost, IdempotencyRace, Publisher, ScopeStore
 from actors.scope_state import (
     ROW_LIMIT,
@@ -153,6 +154,11 @@ class ScopeActor:
         self._on_send = on_send or (lambda state, compat: None)
         self.accepting = True
         self.state: ScopeState | None = None
+        self._clock: DbClock | None = None
+        # Set when a grant change was written outside this actor on this node:
+        # reload before the next send rather than spend a round trip on a fence
+        # miss. Only a shortcut; the generation fence is what guarantees it.
+        self.stale = False
         self.commits = 0
         self._processing = 0
 
@@ -182,7 +188,7 @@ class ScopeActor:
         """Load, report started, serve until idle or broken, then fail what is queued."""
         with structlog.contextvars.bound_contextvars(scope_id=self.scope_id):
             try:
-                self.state = ScopeState(await self._store.load_scope(self.scope_id))
+                self._adopt(await self._store.load_scope(self.scope_id))
                 task_status.started()
                 await self._serve()
             finally:
@@ -335,9 +341,25 @@ class ScopeActor:
             cmd.reply(_unavailable("could not commit after concurrent writers; retry"))
         return False
 
+    def _adopt(self, snapshot: ScopeSnapshot) -> None:
+        self.state = ScopeState(snapshot)
+        # A store without a database clock (a test double) falls back to the
+        # node's; PgScopeStore always reads the database's.
+        db_now = snapshot.db_now or datetime.now(UTC)
+        self._clock = DbClock(db_now, trio.current_time())
+
+    def now(self) -> datetime:
+        """The timestamp the next message gets: database time (``actors/clock.py``)."""
+        assert self._clock is not None
+        assert self.state is not None
+        return self._clock.now(trio.current_time(), self.state.time_floor)
+
     async def _reload(self) -> bool:
+        # Cleared before loading: a change marked while the load runs may not be
+        # in the snapshot, and then the fence catches it.
+        self.stale = False
         try:
-            self.state = ScopeState(await self._store.load_scope(self.scope_id))
+            self._adopt(await self._store.load_scope(self.scope_id))
         except Exception as exc:
             if isinstance(exc, trio.Cancelled):
                 raise
@@ -346,9 +368,11 @@ class ScopeActor:
         return True
 
     async def _try_sends(self, cmds: list[SendCommand], *, reloaded: bool) -> bool:
+        if self.stale and not reloaded:
+            raise FenceLost(self.scope_id)
         state = self.state
         assert state is not None
-        now = datetime.now(UTC)
+        now = self.now()
         outcomes: list[SendResult | OperationError | Append] = []
         for cmd in cmds:
             try:
@@ -370,6 +394,8 @@ class ScopeActor:
         appends = [o for o in outcomes if isinstance(o, Append)]
         committed = await self._store.apply_sends([a.plan for a in appends]) if appends else []
         self.commits += 1 if appends else 0
+        if committed and committed[-1].db_now is not None and self._clock is not None:
+            self._clock.anchor(committed[-1].db_now, trio.current_time())
         published = []
         done = iter(committed)
         # Replies and events of one commit leave as one write per session.
@@ -433,14 +459,16 @@ class ScopeActor:
             if state.is_current_member(member.id):
                 return {}
             owner = member.owner_member_id if cmd.visibility == "private" else None
-            membership = await self._store.join(
+            change = await self._store.join(
                 self.scope_id,
                 member,
                 visibility=cmd.visibility,
                 owner_member_id=owner,
                 state=NotificationState.ACTIVE,
             )
-            state.apply_membership(member, membership)
+            assert change.membership is not None
+            state.apply_membership(member, change.membership)
+            state.roster_changed(change.generation)
             op = "joined" if cmd.op == "join" else "invited"
             self._publish_roster(state, member.id, op, cmd.visibility)
             return {}
@@ -450,8 +478,9 @@ class ScopeActor:
             visibility = next(m.visibility for m in state.intervals[member.id] if m.is_current)
             audience = state.current_readers()
             closed = await self._store.leave(self.scope_id, member.id)
-            if closed is not None:
-                state.apply_membership(member, closed)
+            if closed.membership is not None:
+                state.apply_membership(member, closed.membership)
+            state.roster_changed(closed.generation)
             self._publisher.publish_membership(
                 self.scope_id, member.id, "left", visibility, audience
             )
@@ -459,8 +488,9 @@ class ScopeActor:
         if cmd.op == "setNotification":
             if not state.is_current_member(member.id):
                 raise OperationError(ErrorCode.FORBIDDEN, "not a member of this scope")
-            await self._store.set_notification(self.scope_id, member.id, cmd.state)
+            generation = await self._store.set_notification(self.scope_id, member.id, cmd.state)
             state.notification[member.id] = cmd.state
+            state.roster_changed(generation)
             return {"state": cmd.state.value}
         raise OperationError(ErrorCode.VALIDATION_FAILED, f"unknown roster op {cmd.op}")
 

@@ -52,6 +52,8 @@ WITH existing AS (
         roster_generation = roster_generation + %(roster_bump)s
     WHERE id = %(scope_id)s
       AND latest_seq = %(expected_seq)s
+      AND roster_generation = %(expected_generation)s
+      AND %(created_at)s <= clock_timestamp()
       AND NOT EXISTS (SELECT 1 FROM existing)
       AND (%(parent_id)s::text IS NULL OR EXISTS (
           SELECT 1 FROM scopes parent
@@ -98,9 +100,9 @@ WITH existing AS (
     FROM message, jsonb_to_recordset(%(outbox)s::jsonb)
         AS o(fanout_type text, policy text, target text, dedupe_key text, reason text)
 )
-SELECT 'sent', id, seq, workspace_global_seq, NULL::bytea FROM message
+SELECT 'sent', id, seq, workspace_global_seq, NULL::bytea, clock_timestamp() FROM message
 UNION ALL
-SELECT 'existing', id, seq, NULL, digest FROM existing
+SELECT 'existing', id, seq, NULL, digest, NULL FROM existing
 """
 
 
@@ -121,8 +123,8 @@ WITH p AS (
         ord integer, scope_id text, workspace_id text, message_id text, author_id text,
         author_type text, client_message_id text, digest text, message_type text,
         content text, metadata jsonb, created_at timestamptz, expected_seq bigint,
-        roster_bump integer, parent_id text, parent_generation bigint, joins jsonb,
-        outbox jsonb)
+        expected_generation bigint, roster_bump integer, parent_id text,
+        parent_generation bigint, joins jsonb, outbox jsonb)
 ), existing AS (
     SELECT p.ord, m.id, m.seq, m.idempotency_payload_digest AS digest
     FROM p JOIN scope_messages m
@@ -139,6 +141,8 @@ WITH p AS (
     FROM p
     WHERE s.id = p.scope_id
       AND s.latest_seq = p.expected_seq
+      AND s.roster_generation = p.expected_generation
+      AND p.created_at <= clock_timestamp()
       AND NOT EXISTS (SELECT 1 FROM existing e WHERE e.ord = p.ord)
       AND (p.parent_id IS NULL OR EXISTS (
           SELECT 1 FROM scopes parent
@@ -186,9 +190,9 @@ WITH p AS (
     FROM sent, jsonb_to_recordset(sent.outbox)
         AS o(fanout_type text, policy text, target text, dedupe_key text, reason text)
 )
-SELECT 'sent', ord, message_id, seq, global_seq, NULL::bytea FROM sent
+SELECT 'sent', ord, message_id, seq, global_seq, NULL::bytea, clock_timestamp() FROM sent
 UNION ALL
-SELECT 'existing', ord, id, seq, NULL, digest FROM existing
+SELECT 'existing', ord, id, seq, NULL, digest, NULL FROM existing
 """
 
 
@@ -208,7 +212,8 @@ def _group_row(ord_: int, plan: MessagePlan) -> dict[str, Any]:
         "metadata": message_metadata(plan),
         "created_at": intent.created_at.isoformat(),
         "expected_seq": plan.expected_seq,
-        "roster_bump": 1 if plan.memberships else 0,
+        "expected_generation": plan.expected_generation,
+        "roster_bump": plan.roster_bump,
         "parent_id": plan.parent_fence[0] if plan.parent_fence else None,
         "parent_generation": plan.parent_fence[1] if plan.parent_fence else None,
         "joins": _joins(plan),
@@ -302,7 +307,8 @@ def send_parameters(plan: MessagePlan) -> dict[str, Any]:
         "outbox": _json(_outbox(plan)),
         "wake_retry_after": WAKE_RETRY_AFTER,
         "replay_after": REPLAY_AFTER,
-        "roster_bump": 1 if plan.memberships else 0,
+        "expected_generation": plan.expected_generation,
+        "roster_bump": plan.roster_bump,
         "parent_id": plan.parent_fence[0] if plan.parent_fence else None,
         "parent_generation": plan.parent_fence[1] if plan.parent_fence else None,
         "joins": _json(_joins(plan)),
@@ -318,14 +324,14 @@ def committed(plan: MessagePlan, row: tuple[Any, ...] | None) -> CommittedSend:
     """The result row of SEND_MESSAGE for ``plan``, or the typed reason it wrote nothing."""
     if row is None:
         raise FenceLost(plan.intent.scope_id)
-    kind, message_id, seq, global_seq, digest = row
+    kind, message_id, seq, global_seq, digest, db_now = row
     if kind == "existing":
         raise IdempotencyRace(
             IdempotencyRecord(message_id, seq, bytes(digest)),
             plan.author.id,
             plan.intent.client_message_id,
         )
-    return CommittedSend(message_id, seq, global_seq, plan.intent.created_at)
+    return CommittedSend(message_id, seq, global_seq, plan.intent.created_at, db_now)
 
 
 async def apply_sends(conn: TrioConnection, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
@@ -349,6 +355,7 @@ _BASELINE_SQL = (
     SEND_MESSAGE.replace("%(message_id)s", "'msg_' || replace(gen_random_uuid()::text, '-', '')")
     .replace("%(created_at)s", "now()")
     .replace("latest_seq = %(expected_seq)s", "latest_seq = latest_seq")
+    .replace("= %(expected_generation)s", "= roster_generation")
     .replace("o.dedupe_key,", "'rt:' || message.id,")
 )
 _BASELINE_NAMES = re.findall(r"%\((\w+)\)s", _BASELINE_SQL)

@@ -18,7 +18,7 @@ from actors.model import (
     StoredMessage,
     ThreadContext,
 )
-from actors.ports import ScopeMissing
+from actors.ports import RosterChange, ScopeMissing
 from storage.directory import member_from_row
 from storage.errors import map_errors
 from storage.messages import SELECT_MESSAGE, message_from_row
@@ -31,6 +31,14 @@ p.slug, p.display_name, p.visibility, s.roster_generation
 """
 SELECT_SCOPE = f"""
 SELECT {SCOPE_COLUMNS}
+FROM scopes s LEFT JOIN scope_channel_profiles p ON p.scope_id = s.id
+WHERE s.id = %s
+"""
+# The snapshot's first statement also reads the database clock: everything the
+# snapshot sees was committed before it, so the actor's clock starts after every
+# grant timestamp it loads (see ``actors/clock.py``).
+SNAPSHOT_SCOPE = f"""
+SELECT {SCOPE_COLUMNS}, clock_timestamp()
 FROM scopes s LEFT JOIN scope_channel_profiles p ON p.scope_id = s.id
 WHERE s.id = %s
 """
@@ -113,7 +121,14 @@ ON CONFLICT (scope_id, member_id) DO UPDATE SET state = excluded.state, updated_
 DELETE_NOTIFICATION = (
     "DELETE FROM scope_notification_settings WHERE scope_id = %s AND member_id = %s"
 )
-BUMP_ROSTER = "UPDATE scopes SET roster_generation = roster_generation + 1 WHERE id = %s"
+# Every roster change bumps the generation in its own transaction; sends are
+# fenced on it, so an actor that missed the change reloads instead of fanning
+# out to a stale roster. The bump comes first: it locks the scope row, so no
+# send commits between it and the interval bounds read from ``latest_seq``.
+BUMP_ROSTER = """
+UPDATE scopes SET roster_generation = roster_generation + 1 WHERE id = %s
+RETURNING roster_generation
+"""
 SELECT_MEMBER_SCOPES = """
 SELECT s.id, s.type, p.slug, p.display_name, s.latest_seq, m.last_read_seq,
        coalesce(n.state, 'active'),
@@ -275,7 +290,8 @@ async def _insert_membership(
     visibility: str,
     owner_id: str | None,
     state: NotificationState = NotificationState.ACTIVE,
-) -> Membership:
+) -> RosterChange:
+    generation = await _bump_roster(conn, scope_id)
     cur = await conn.execute(
         INSERT_MEMBERSHIP,
         {
@@ -289,8 +305,17 @@ async def _insert_membership(
     if row is None:
         raise ScopeMissing(scope_id)
     await conn.execute(UPSERT_NOTIFICATION, (scope_id, member.id, state.value))
-    await conn.execute(BUMP_ROSTER, (scope_id,))
-    return Membership(member.id, visibility, owner_id, row[0], None, row[1])
+    return RosterChange(
+        Membership(member.id, visibility, owner_id, row[0], None, row[1]), generation
+    )
+
+
+async def _bump_roster(conn: TrioConnection, scope_id: str) -> int:
+    cur = await conn.execute(BUMP_ROSTER, (scope_id,))
+    row = await cur.fetchone()
+    if row is None:
+        raise ScopeMissing(scope_id)
+    return int(row[0])
 
 
 async def join(
@@ -301,7 +326,8 @@ async def join(
     visibility: str,
     owner_member_id: str | None,
     state: NotificationState,
-) -> Membership:
+) -> RosterChange:
+    """Open a membership interval; the change carries the scope's new roster generation."""
     with map_errors():
         async with conn.transaction():
             return await _insert_membership(
@@ -309,27 +335,30 @@ async def join(
             )
 
 
-async def leave(conn: TrioConnection, scope_id: str, member_id: str) -> Membership | None:
+async def leave(conn: TrioConnection, scope_id: str, member_id: str) -> RosterChange:
+    """Close the member's interval (no membership in the change when it had none)."""
     with map_errors():
         async with conn.transaction():
+            generation = await _bump_roster(conn, scope_id)
             cur = await conn.execute(
                 CLOSE_MEMBERSHIP, {"scope_id": scope_id, "member_id": member_id}
             )
             row = await cur.fetchone()
             if row is None:
-                return None
+                return RosterChange(None, generation)
             await conn.execute(DELETE_NOTIFICATION, (scope_id, member_id))
-            await conn.execute(BUMP_ROSTER, (scope_id,))
-    return Membership(member_id, row[0], row[1], row[2], row[3], row[4])
+    return RosterChange(Membership(member_id, row[0], row[1], row[2], row[3], row[4]), generation)
 
 
 async def set_notification(
     conn: TrioConnection, scope_id: str, member_id: str, state: NotificationState
-) -> None:
+) -> int:
+    """Store the setting (it decides wakes); returns the scope's new roster generation."""
     with map_errors():
         async with conn.transaction():
+            generation = await _bump_roster(conn, scope_id)
             await conn.execute(UPSERT_NOTIFICATION, (scope_id, member_id, state.value))
-            await conn.execute(BUMP_ROSTER, (scope_id,))
+    return generation
 
 
 async def mark_read(conn: TrioConnection, scope_id: str, member_id: str, seq: int) -> int | None:
@@ -360,11 +389,12 @@ async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> 
     with map_errors():
         async with conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur = await conn.execute(SELECT_SCOPE, (scope_id,))
+            cur = await conn.execute(SNAPSHOT_SCOPE, (scope_id,))
             row = await cur.fetchone()
             if row is None:
                 raise ScopeMissing(scope_id)
             scope = _scope_from_row(row)
+            db_now = row[-1]
             cur = await conn.execute(SELECT_MEMBERSHIPS, (scope_id,))
             membership_rows = await cur.fetchall()
             cur = await conn.execute(SELECT_NOTIFICATION, (scope_id,))
@@ -409,6 +439,7 @@ async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> 
         recent=tuple(messages),
         idempotency=idempotency,
         thread=thread,
+        db_now=db_now,
     )
 
 

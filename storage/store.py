@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from actors.model import IdempotencyRecord, Member, Membership, NotificationState, ScopeSnapshot
+from actors.model import IdempotencyRecord, Member, NotificationState, ScopeSnapshot
 from actors.planner import MessagePlan
-from actors.ports import CommittedSend
+from actors.ports import CommittedSend, RosterChange
 from actors.scope_state import RECENT_TAIL
 from storage import applier, messages, scopes
 from storage.group_commit import GroupCommitter
@@ -42,7 +42,7 @@ class PgScopeStore:
         visibility: str,
         owner_member_id: str | None,
         state: NotificationState,
-    ) -> Membership:
+    ) -> RosterChange:
         async with self._pool.connection() as conn:
             return await scopes.join(
                 conn,
@@ -53,12 +53,12 @@ class PgScopeStore:
                 state=state,
             )
 
-    async def leave(self, scope_id: str, member_id: str) -> Membership | None:
+    async def leave(self, scope_id: str, member_id: str) -> RosterChange:
         async with self._pool.connection() as conn:
             return await scopes.leave(conn, scope_id, member_id)
 
     async def set_notification(
         self, scope_id: str, member_id: str, state: NotificationState
-    ) -> None:
+    ) -> int:
         async with self._pool.connection() as conn:
-            await scopes.set_notification(conn, scope_id, member_id, state)
+            return await scopes.set_notification(conn, scope_id, member_id, state)

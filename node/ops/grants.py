@@ -1,4 +1,11 @@
-"""Private grants: an owner lets a grantee direct its private agents in one scope."""
+"""Private grants: an owner lets a grantee direct its private agents in one scope.
+
+Grants are written here, outside the scope's actor: ``storage/grants.py`` bumps
+the scope's ``roster_generation`` in the same transaction, so any actor on any
+node that planned a send on the old grants misses the fence and reloads. The
+actor on this node is also marked stale, so its next send reloads first
+instead of spending a round trip on the miss.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +38,7 @@ async def grant(ctx: Context, request: Grant) -> dict[str, Any]:
             grantee_id=grantee.id,
             expires_at=request.expires_at,
         )
-    ctx.services.registry.invalidate(request.scope_id)
+    _mark_stale(ctx, request.scope_id)
     return {"grantId": grant_id}
 
 
@@ -41,5 +48,11 @@ async def revoke_grant(ctx: Context, request: RevokeGrant) -> dict[str, Any]:
         scope_id = await grants.revoke(conn, request.grant_id, owner_id=member.id)
     if scope_id is None:
         raise OperationError(ErrorCode.NOT_FOUND, "no such grant", path="$.grantId")
-    ctx.services.registry.invalidate(scope_id)
+    _mark_stale(ctx, scope_id)
     return {}
+
+
+def _mark_stale(ctx: Context, scope_id: str) -> None:
+    actor = ctx.services.registry.actor_nowait(scope_id)
+    if actor is not None:
+        actor.stale = True
