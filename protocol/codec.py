@@ -31,29 +31,34 @@ _envelope_decoder = msgspec.json.Decoder(_Envelope)
 def decode_client_frame(data: bytes | str) -> ClientFrame:
     """Decode one client frame or raise :class:`FrameError`.
 
-    Not JSON, not an object, or no known ``type`` → ``bad_frame`` (id null);
+    Not JSON, not an object, nested deeper than msgspec decodes, or no known
+    ``type`` → ``bad_frame`` (id null);
     a known frame with a missing or ill-typed field → ``validation_failed``
     carrying the request id when one could be read and the field's path.
     """
     try:
         return _decoder.decode(data)
     except msgspec.ValidationError as exc:
-        raise _diagnose(data, exc) from None
+        raise _diagnose(data, str(exc)) from None
     except msgspec.DecodeError:
         raise FrameError(ErrorCode.BAD_FRAME, "frame is not valid JSON") from None
+    except RecursionError:
+        # msgspec refuses nesting deeper than its limit (even in ignored fields).
+        raise _diagnose(data, "frame nests too deeply") from None
 
 
-def _diagnose(data: bytes | str, exc: msgspec.ValidationError) -> FrameError:
+def _diagnose(data: bytes | str, message: str) -> FrameError:
     try:
         envelope = _envelope_decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return FrameError(ErrorCode.BAD_FRAME, "frame must be a JSON object")
+    except RecursionError:
+        return FrameError(ErrorCode.BAD_FRAME, "frame nests too deeply")
     if not isinstance(envelope.type, str) or envelope.type not in CLIENT_FRAME_TYPES:
         return FrameError(ErrorCode.BAD_FRAME, f"unknown frame type {envelope.type!r}")
     request_id = envelope.id
     if isinstance(request_id, bool) or not isinstance(request_id, int | str):
         request_id = None
-    message = str(exc)
     match = _PATH.search(message)
     path = match.group(1) if match else None
     if missing := _MISSING.search(message):
