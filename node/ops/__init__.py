@@ -31,7 +31,7 @@ from protocol.frames import (
     Search,
     SetNotification,
 )
-from storage import messages
+from storage import messages as stored
 
 __all__ = ["handle", "redeliver", "resume"]
 
@@ -78,11 +78,11 @@ async def _readable_message(ctx: Context, message_id: str) -> None:
     """Check the caller may read a message: ``not_found`` outside its workspace or
     when there is no such message, ``forbidden`` when it exists but is not readable."""
     async with ctx.services.pool.connection() as conn:
-        message = await messages.get_message(conn, message_id)
+        message = await stored.get_message(conn, message_id)
     if message is None:
         raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
     viewer, _ = await reading.scope_viewer(ctx, message.scope_id)
     async with ctx.services.pool.connection() as conn:
-        readable = await messages.readable_message(conn, message.scope_id, message_id, viewer)
+        readable = await stored.readable_message(conn, message.scope_id, message_id, viewer)
     if readable is None:
         raise OperationError(ErrorCode.FORBIDDEN, "the message is not readable")
