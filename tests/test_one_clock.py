@@ -41,18 +41,17 @@ ORDER BY m.seq
 def skewed_clock(request: pytest.FixtureRequest) -> Iterator[timedelta]:
     """Every node module's ``datetime.now`` is off by an hour."""
     skew = timedelta(hours=request.param)
-    real = datetime
 
-    class Skewed(real):
+    class Skewed(datetime):
         @classmethod
         def now(cls, tz: tzinfo | None = None) -> Any:
-            return real.now(tz) + skew
+            return datetime.now(tz) + skew
 
     with pytest.MonkeyPatch.context() as patch:
         for name, module in list(sys.modules.items()):
             top = name.split(".")[0]
             if top in ("actors", "node", "storage", "protocol") and (
-                getattr(module, "datetime", None) is real
+                getattr(module, "datetime", None) is datetime
             ):
                 patch.setattr(module, "datetime", Skewed)
         yield skew
