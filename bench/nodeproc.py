@@ -3,7 +3,9 @@
 :func:`open_node` starts ``scopenode serve`` on a free loopback port with its
 embedded database in a temporary data dir, waits for ``GET /healthz`` 200,
 and on exit stops it with SIGTERM (by pid; SIGKILL only after a grace
-period) and waits for it.
+period) and waits for it. A node started here runs with raised per-session
+rate limits and session cap (``node.limits.RAISED_LIMITS_ENV``; values already
+in the environment win); a ``--url`` node keeps whatever it was started with.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from urllib.parse import urlsplit
 import trio
 
 from bench.provision import scopenode_cmd
+from node.limits import RAISED_LIMITS_ENV
 
 HEALTH_TIMEOUT_S = 120.0
 STOP_GRACE_S = 30.0
@@ -98,7 +101,8 @@ async def open_node(
         if database_url:
             cmd += ["--database-url", database_url]
         log = _open_log(log_path or os.path.join(tmp, "node.log"))
-        proc = await trio.lowlevel.open_process(cmd, stdout=log, stderr=subprocess.STDOUT)
+        env = {**RAISED_LIMITS_ENV, **os.environ}
+        proc = await trio.lowlevel.open_process(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             base = f"ws://127.0.0.1:{port}"
             try:

@@ -20,6 +20,7 @@ from node.metrics import Metrics
 from node.outbox_worker import OutboxWorker
 from node.registry import ActorRegistry
 from node.resolver import Resolver
+from node.revocation import watch_revocations
 from node.server import handle_connection
 from node.services import Services
 from protocol.errors import CloseCode
@@ -108,6 +109,7 @@ async def serve_node(
         services.worker = worker
         nursery.start_soon(worker.run)
         nursery.start_soon(sweep_sessions, services)
+        await nursery.start(watch_revocations, dsn, hub)
         listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
         # Connections live in the node's nursery, so that draining can stop
         # the accept loop (cancel, then close the listeners) and keep sessions.

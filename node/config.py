@@ -7,6 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from actors.scope_state import ROW_LIMIT
+from node.limits import (
+    MAX_SESSIONS_ENV,
+    REQUEST_BURST_ENV,
+    REQUEST_RATE_ENV,
+    SEND_BURST_ENV,
+    SEND_RATE_ENV,
+    env_float,
+    env_int,
+)
 from node.outbox_worker import WorkerSettings
 
 
@@ -37,6 +46,15 @@ class Settings:
     redeliver_limit: int = 1000
     # Characters per message row; longer sends become chunked logical sends.
     row_limit: int = ROW_LIMIT
+    # Per-session token buckets (tokens per second, bucket size) for sends and
+    # for every other request but ping/pong, and live sessions per member on
+    # this node. Far above a person typing or a polite agent; the bench and
+    # the test suite raise them (node.limits.RAISED_LIMITS_ENV).
+    send_rate: float = field(default_factory=lambda: env_float(SEND_RATE_ENV, 20.0))
+    send_burst: int = field(default_factory=lambda: env_int(SEND_BURST_ENV, 200))
+    request_rate: float = field(default_factory=lambda: env_float(REQUEST_RATE_ENV, 50.0))
+    request_burst: int = field(default_factory=lambda: env_int(REQUEST_BURST_ENV, 500))
+    max_sessions_per_member: int = field(default_factory=lambda: env_int(MAX_SESSIONS_ENV, 32))
 
     @staticmethod
     def database_url_from_env() -> str | None:

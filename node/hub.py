@@ -2,6 +2,19 @@
 
 A ``message`` event is encoded once per send and the same bytes are queued on
 every reader's sessions; queuing never awaits.
+
+Trust hooks, for the paths that end a member's access (and later for
+cross-node notifications, which call the same methods):
+
+- :meth:`Hub.close_credential_sessions` closes every live session that
+  authenticated with a revoked credential (close 4401); the node's revocation
+  listener (``node/revocation.py``) calls it.
+- :meth:`Hub.stop_scope_events` (``scope_id``, ``member_id``): from now on
+  that member's sessions on this node drop ``message`` events and wakes of the
+  scope, including live events held back while a resume is served. Call it
+  after a remove (or leave) has committed. It lasts until
+  :meth:`Hub.allow_scope_events`, which ``publish_membership`` calls itself for
+  ``joined``/``invited`` of that member, or until the session ends.
 """
 
 from __future__ import annotations
@@ -19,9 +32,11 @@ from node.outbound import coalesced_writes
 from node.views import committed_message_view
 from node.wsframe import frame
 from protocol.codec import encode
+from protocol.errors import CloseCode
 from protocol.frames import Deliver, MembershipEvent, MessageEvent
 
 log = structlog.get_logger(__name__)
+REVOKED_REMEMBERED = 10_000
 
 
 class LiveSession(Protocol):
@@ -33,6 +48,12 @@ class LiveSession(Protocol):
     def push(self, payload: bytes) -> None: ...
 
     def push_frame(self, framed: bytes) -> None: ...
+
+    def close(self, code: int, reason: str) -> None: ...
+
+    def mute_scope(self, scope_id: str, muted: bool) -> None: ...
+
+    def is_muted(self, scope_id: str) -> bool: ...
 
 
 def delivery_id(message_id: str, agent_id: str) -> str:
@@ -48,9 +69,22 @@ class Hub:
         self._sessions: dict[str, set[LiveSession]] = defaultdict(set)
         self._on_delivered = on_delivered
         self.events_published = 0
+        self._by_credential: dict[int, set[LiveSession]] = {}
+        self._credential_of: dict[LiveSession, int] = {}
+        # Credentials revoked while this node ran; a hello that authenticated
+        # just before the revocation committed is refused when it registers.
+        # Bounded: only revocations of the last while matter for that race.
+        self._revoked: dict[int, None] = {}
 
-    def add(self, session: LiveSession) -> None:
+    def add(self, session: LiveSession, credential_id: int | None = None) -> bool:
+        """Register an authenticated session; False (not added) if its credential was revoked."""
+        if credential_id is not None:
+            if credential_id in self._revoked:
+                return False
+            self._by_credential.setdefault(credential_id, set()).add(session)
+            self._credential_of[session] = credential_id
         self._sessions[session.member_id].add(session)
+        return True
 
     def discard(self, session: LiveSession) -> None:
         sessions = self._sessions.get(session.member_id)
@@ -58,6 +92,40 @@ class Hub:
             sessions.discard(session)
             if not sessions:
                 del self._sessions[session.member_id]
+        credential_id = self._credential_of.pop(session, None)
+        if credential_id is not None:
+            same = self._by_credential.get(credential_id)
+            if same is not None:
+                same.discard(session)
+                if not same:
+                    del self._by_credential[credential_id]
+
+    def credential_ids(self) -> list[int]:
+        """Credentials of the live sessions (to re-check after missed notifications)."""
+        return list(self._by_credential)
+
+    def close_credential_sessions(self, credential_id: int) -> int:
+        """Close (4401) every live session of a revoked credential; how many were closed."""
+        self._revoked[credential_id] = None
+        if len(self._revoked) > REVOKED_REMEMBERED:
+            del self._revoked[next(iter(self._revoked))]
+        sessions = self._by_credential.pop(credential_id, set())
+        for session in sessions:
+            self._credential_of.pop(session, None)
+            session.close(CloseCode.UNAUTHENTICATED, "token revoked")
+        if sessions:
+            log.info("token_sessions_closed", count=len(sessions))
+        return len(sessions)
+
+    def stop_scope_events(self, scope_id: str, member_id: str) -> None:
+        """The member's sessions here stop receiving the scope's events (see module doc)."""
+        for session in self._sessions.get(member_id, ()):
+            session.mute_scope(scope_id, True)
+
+    def allow_scope_events(self, scope_id: str, member_id: str) -> None:
+        """Undo :meth:`stop_scope_events` (the member joined or was invited again)."""
+        for session in self._sessions.get(member_id, ()):
+            session.mute_scope(scope_id, False)
 
     def sessions_of(self, member_id: str) -> set[LiveSession]:
         return self._sessions.get(member_id, set())
@@ -103,7 +171,7 @@ class Hub:
                 wakes.extend(
                     (session, wake)
                     for session in self._sessions.get(agent_id, ())
-                    if session.is_daemon
+                    if session.is_daemon and not session.is_muted(scope_id)
                 )
         for session, events in batches.items():
             session.deliver_events(scope_id, events)
@@ -123,6 +191,8 @@ class Hub:
                 visibility=visibility,  # type: ignore[arg-type]
             )
         )
+        if op in ("joined", "invited"):
+            self.allow_scope_events(scope_id, member_id)
         for reader in audience:
             for session in self._sessions.get(reader, ()):
                 session.push(payload)

@@ -18,6 +18,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from actors.model import Member
 from node import ops
+from node.limits import TokenBucket, rate_limited
 from node.ops.messages import submit_send
 from node.outbound import Outbound
 from node.services import Services
@@ -59,14 +60,18 @@ class Session:
         "_held_live",
         "_inflight",
         "_last_received",
+        "_muted",
         "_nursery",
         "_oversized",
+        "_request_bucket",
         "_resuming",
+        "_send_bucket",
         "_started",
         "_text_parts",
         "_text_size",
         "capabilities",
         "close_code",
+        "credential_id",
         "is_daemon",
         "member",
         "member_id",
@@ -118,6 +123,13 @@ class Session:
         self._started = trio.current_time()
         self._deadline: float | None = None
         self.close_code: int | None = None
+        self.credential_id: int | None = None
+        self._muted: set[str] | None = None  # scopes whose events this member lost
+        settings = self.settings
+        self._send_bucket = TokenBucket(settings.send_rate, settings.send_burst, self._started)
+        self._request_bucket = TokenBucket(
+            settings.request_rate, settings.request_burst, self._started
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -250,13 +262,22 @@ class Session:
             self.push(encode(PongFrame(id=request.id)))
         elif isinstance(request, PongFrame):
             pass
+        elif isinstance(request, Send):
+            if wait := self._send_bucket.take(trio.current_time()):
+                self._limited(request.id, "sends", wait)
+                return
+            await self._send(request)
+        elif wait := self._request_bucket.take(trio.current_time()):
+            self._limited(request.id, "requests", wait)
         elif isinstance(request, Hello):
             self._error(None, ErrorCode.VALIDATION_FAILED, "hello was already received")
-        elif isinstance(request, Send):
-            await self._send(request)
         else:
             await self._inflight.acquire()
             self._nursery.start_soon(self._request, request)
+
+    def _limited(self, request_id: int | str, what: str, wait: float) -> None:
+        exc = rate_limited(what, wait)
+        self._error(request_id, exc.code, exc.message, exc.details)
 
     async def _request(self, request: Any) -> None:
         try:
@@ -275,20 +296,39 @@ class Session:
 
     async def _hello(self, hello: Hello) -> None:
         async with self.services.pool.connection() as conn:
-            member = await directory.authenticate(conn, hello.token)
-        if member is None:
+            found = await directory.authenticate_credential(conn, hello.token)
+        if found is None:
             self.close(CloseCode.UNAUTHENTICATED, "bad token")
             return
+        member, credential_id = found
         if self.workspace_param and self.workspace_param != member.workspace_id:
             self.close(CloseCode.FORBIDDEN_WORKSPACE, "token not valid for this workspace")
             return
+        hub = self.services.hub
+        # Checked and registered with no await in between, so concurrent
+        # hellos of one member cannot both pass the cap.
+        cap = self.settings.max_sessions_per_member
+        if len(hub.sessions_of(member.id)) >= cap:
+            log.info("session_cap_reached", cap=cap)
+            self._error(
+                None,
+                ErrorCode.RATE_LIMITED,
+                "too many sessions for this member",
+                {"maxSessions": cap},
+            )
+            self.close(CloseCode.SLOW_CONSUMER, "too many sessions")
+            return
         self.member = member
         self.member_id = member.id
+        if not hub.add(self, credential_id):
+            self.member, self.member_id = None, ""
+            self.close(CloseCode.UNAUTHENTICATED, "token revoked")
+            return
+        self.credential_id = credential_id
         self.is_daemon = hello.client.kind == "daemon"
         self.capabilities = frozenset(hello.capabilities) & set(_SUPPORTED_CAPABILITIES)
         structlog.contextvars.bind_contextvars(member_id=member.id)
         self._resuming = dict(hello.resume) if hello.resume else None
-        self.services.hub.add(self)
         self.push(
             encode(
                 Welcome(
@@ -358,6 +398,8 @@ class Session:
 
     def deliver_events(self, scope_id: str, events: list[tuple[int, bytes]]) -> None:
         """Framed ``message`` events (seq, bytes) of one scope, sent as one write."""
+        if self._muted is not None and scope_id in self._muted:
+            return
         if self._resuming is not None and scope_id in self._resuming:
             self._held_live.extend((scope_id, seq, framed) for seq, framed in events)
             if len(self._held_live) > HELD_LIVE_LIMIT:
@@ -370,6 +412,22 @@ class Session:
 
     def push_frame(self, framed: bytes) -> None:
         self.outbound.push_frame(framed)
+
+    def mute_scope(self, scope_id: str, muted: bool) -> None:
+        """Drop (or again accept) the scope's events; see ``Hub.stop_scope_events``."""
+        if muted:
+            if self._muted is None:
+                self._muted = set()
+            self._muted.add(scope_id)
+            if self._held_live:
+                self._held_live = [held for held in self._held_live if held[0] != scope_id]
+        elif self._muted is not None:
+            self._muted.discard(scope_id)
+            if not self._muted:
+                self._muted = None
+
+    def is_muted(self, scope_id: str) -> bool:
+        return self._muted is not None and scope_id in self._muted
 
     def reply(self, request_id: int | str, op: str, result: Any) -> None:
         self.push(encode(Reply(id=request_id, op=op, result=result)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 from actors.ids import new_id
@@ -23,12 +24,21 @@ SELECT_MEMBER_BY_HANDLE = (
     f"SELECT {MEMBER_COLUMNS} FROM members WHERE workspace_id = %s AND handle = %s"
 )
 INSERT_TOKEN = "INSERT INTO credentials (member_id, token_hash) VALUES (%s, %s)"
-REVOKE_TOKEN = """
-UPDATE credentials SET revoked_at = now() WHERE token_hash = %s AND revoked_at IS NULL
-RETURNING id
+# Every node LISTENs here; the notification is delivered at commit, so a node
+# closes the token's live sessions as soon as the revocation is durable.
+REVOCATION_CHANNEL = "scopenode_token_revoked"
+REVOKE_TOKEN = f"""
+WITH revoked AS (
+    UPDATE credentials SET revoked_at = now() WHERE token_hash = %s AND revoked_at IS NULL
+    RETURNING id
+)
+SELECT id, pg_notify('{REVOCATION_CHANNEL}', id::text) FROM revoked
+"""
+REVOKED_AMONG = """
+SELECT id FROM credentials WHERE id = ANY(%s::bigint[]) AND revoked_at IS NOT NULL
 """
 AUTHENTICATE = f"""
-SELECT {", ".join("m." + c.strip() for c in MEMBER_COLUMNS.split(","))}
+SELECT {", ".join("m." + c.strip() for c in MEMBER_COLUMNS.split(","))}, c.id
 FROM credentials c JOIN members m ON m.id = c.member_id
 WHERE c.token_hash = %s AND c.revoked_at IS NULL AND m.status = 'active'
 """
@@ -109,10 +119,29 @@ async def revoke_token(conn: TrioConnection, token: str) -> bool:
 
 
 async def authenticate(conn: TrioConnection, token: str) -> Member | None:
+    found = await authenticate_credential(conn, token)
+    return found[0] if found else None
+
+
+async def authenticate_credential(conn: TrioConnection, token: str) -> tuple[Member, int] | None:
+    """The token's member and credential id (what a session is revoked by)."""
     with map_errors():
         cur = await conn.execute(AUTHENTICATE, (token_hash(token),))
         row = await cur.fetchone()
-    return member_from_row(row) if row else None
+    return (member_from_row(row), int(row[7])) if row else None
+
+
+async def listen_for_revocations(conn: TrioConnection) -> None:
+    """Subscribe ``conn`` to revocations; payloads are credential ids."""
+    with map_errors():
+        await conn.execute(f"LISTEN {REVOCATION_CHANNEL}")
+
+
+async def revoked_among(conn: TrioConnection, credential_ids: Sequence[int]) -> list[int]:
+    """The given credentials that are revoked (a primary-key probe per id)."""
+    with map_errors():
+        cur = await conn.execute(REVOKED_AMONG, (list(credential_ids),))
+        return [int(row[0]) for row in await cur.fetchall()]
 
 
 async def get_member(conn: TrioConnection, member_id: str) -> Member | None:

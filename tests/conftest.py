@@ -26,6 +26,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from node.limits import RAISED_LIMITS_ENV
 from storage.embedded import (
     PRIVATE_CLUSTER_ROOT,
     EmbeddedPostgres,
@@ -36,6 +37,12 @@ from storage.pg import dsn_for_database
 from tests.clusters import live_postmaster, pid_alive, processes_in
 
 TEST_DATABASE_URL_ENV = "SCOPENODE_TEST_DATABASE_URL"
+
+# The suite drives nodes far harder than people do (hundreds of sends per
+# session within a second): every node it starts, in-process or as a
+# subprocess, gets the bench's raised limits. tests/test_limits.py sets its own.
+for _name, _value in RAISED_LIMITS_ENV.items():
+    os.environ.setdefault(_name, _value)
 
 # Only for the throwaway test cluster: skipping fsync survives a killed
 # server process (just not an OS crash) and makes CREATE DATABASE cheap.

@@ -1,0 +1,220 @@
+"""Per-session rate limits and the per-member session cap, over real WebSockets.
+
+Over a bucket the request is answered ``rate_limited`` with
+``details.retryAfterMs``, is not executed, and the session stays open; after
+the advertised wait it works again. One hello too many for a member gets an
+``error`` ``rate_limited`` with id null, then close 4429.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, Message, Request, TextMessage
+
+from node.client import Client, ClientError, open_client
+from node.limits import TokenBucket, retry_after_ms
+from tests.nodes import RunningNode, World, make_channel, running_node
+
+TIMEOUT = 10.0
+_ids = itertools.count(10_000)
+
+
+# ------------------------------------------------------------------ the bucket
+
+
+def test_bucket_spends_its_burst_then_refills_at_its_rate() -> None:
+    bucket = TokenBucket(rate=2.0, burst=3, now=100.0)
+    assert [bucket.take(100.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.take(100.0) == pytest.approx(0.5)
+    assert bucket.take(100.25) == pytest.approx(0.25)  # half a token came back
+    assert bucket.take(100.5) == 0.0
+    # A long idle period refills only up to the burst.
+    assert [bucket.take(1000.0) for _ in range(4)][-1] == pytest.approx(0.5)
+
+
+def test_retry_after_is_rounded_up_to_whole_milliseconds() -> None:
+    assert retry_after_ms(0.0004) == 1
+    assert retry_after_ms(0.25) == 250
+    assert retry_after_ms(0.2501) == 251
+
+
+# ------------------------------------------------------------------ helpers
+
+
+async def _answers(client: Client, frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Send every frame back to back (no waiting in between) and collect the answers."""
+    answers: list[dict[str, Any]] = [{} for _ in frames]
+
+    async def one(index: int, frame: dict[str, Any]) -> None:
+        answers[index] = await client.request_frame(frame)
+
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            for index, frame in enumerate(frames):
+                nursery.start_soon(one, index, frame)
+                await trio.lowlevel.checkpoint()
+    return answers
+
+
+def _limited(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    limited = [a for a in answers if a.get("type") == "error"]
+    for answer in limited:
+        assert answer["code"] == "rate_limited", answer
+        assert answer["retryable"] is True
+        retry = answer["details"]["retryAfterMs"]
+        assert isinstance(retry, int), answer
+        assert 0 < retry <= 1000, answer
+    return limited
+
+
+def _send_frame(target: str, content: str) -> dict[str, Any]:
+    return {
+        "type": "send",
+        "id": next(_ids),
+        "target": target,
+        "content": content,
+        "clientMessageId": f"c-{content}",
+    }
+
+
+async def _wait_out(answers: list[dict[str, Any]]) -> None:
+    await trio.sleep(max(a["details"]["retryAfterMs"] for a in answers) / 1000 + 0.05)
+
+
+# ------------------------------------------------------------------ sends
+
+
+async def test_a_burst_over_the_send_bucket_is_refused_and_not_stored(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path, send_rate=1.0, send_burst=5) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        async with world.client(ann) as client:
+            scope_id = await make_channel(client, "burst")
+            frames = [_send_frame("#burst", f"m{i}") for i in range(8)]
+            answers = await _answers(client, frames)
+            accepted = [
+                f["content"] for f, a in zip(frames, answers, strict=True) if a["type"] == "reply"
+            ]
+            limited = _limited(answers)
+            assert (len(accepted), len(limited)) == (5, 3), answers
+            # Only the accepted sends were stored.
+            page = await client.history("#burst", limit=50)
+            assert sorted(m["content"] for m in page["messages"]) == sorted(accepted)
+            # The session stayed open: other requests and pings still work now...
+            await client.request("members", scopeId=scope_id)
+            # ...and after the advertised wait a send is accepted again.
+            await _wait_out(limited)
+            reply = await client.send("#burst", "after the wait")
+            assert reply["state"] == "sent"
+            page = await client.history("#burst", limit=50)
+            assert len(page["messages"]) == 6
+        assert node.services.metrics.errors["rate_limited"] == 3
+
+
+# ------------------------------------------------------------------ other requests
+
+
+async def test_a_burst_over_the_request_bucket_is_refused_and_pings_are_free(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path, request_rate=1.0, request_burst=6) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        async with world.client(ann) as client:
+            await make_channel(client, "asks")  # one request token
+            frames = [
+                {"type": "history", "id": next(_ids), "target": "#asks", "limit": 10}
+                for _ in range(8)
+            ]
+            answers = await _answers(client, frames)
+            limited = _limited(answers)
+            assert len(limited) == 3, answers
+            assert len([a for a in answers if a.get("type") == "reply"]) == 5
+            # Pings are not counted; sends have their own bucket.
+            pongs = await _answers(client, [{"type": "ping", "id": next(_ids)} for _ in range(20)])
+            assert all(p["type"] == "pong" for p in pongs), pongs
+            assert (await client.send("#asks", "sends are separate"))["state"] == "sent"
+            # A refused request is not executed: the channel it asked for does not exist.
+            refused = await client.request_frame(
+                {"type": "createChannel", "id": next(_ids), "slug": "ghost", "name": "Ghost"}
+            )
+            assert refused["type"] == "error", refused
+            assert refused["code"] == "rate_limited", refused
+            await _wait_out([refused])
+            await trio.sleep(1.0)  # two requests follow; the bucket refills one per second
+            with pytest.raises(ClientError) as missing:
+                await client.history("#ghost")
+            assert missing.value.code == "not_found"
+            page = await client.history("#asks", limit=10)
+            assert [m["content"] for m in page["messages"]] == ["sends are separate"]
+
+
+# ------------------------------------------------------------------ sessions per member
+
+
+async def _hello_frames(node: RunningNode, token: str) -> tuple[list[dict[str, Any]], int | None]:
+    """Open a WebSocket by hand, say hello; the frames received and the close code."""
+    ws = WSConnection(ConnectionType.CLIENT)
+    hello = {
+        "type": "hello",
+        "token": token,
+        "client": {"kind": "browser", "name": "t", "version": "1"},
+    }
+    received: list[dict[str, Any]] = []
+    with trio.fail_after(TIMEOUT):
+        stream = await trio.open_tcp_stream("127.0.0.1", node.services.port)
+        async with stream:
+            await stream.send_all(ws.send(Request(host="127.0.0.1", target="/v1/ws")))
+            while data := await stream.receive_some(65536):
+                ws.receive_data(data)
+                for event in ws.events():
+                    if isinstance(event, AcceptConnection):
+                        text = msgspec.json.encode(hello).decode()
+                        await stream.send_all(ws.send(Message(data=text)))
+                    elif isinstance(event, TextMessage):
+                        received += [msgspec.json.decode(line) for line in event.data.splitlines()]
+                    elif isinstance(event, CloseConnection):
+                        await stream.send_all(ws.send(event.response()))
+                        return received, event.code
+    return received, None
+
+
+async def test_one_session_over_the_cap_gets_rate_limited_then_4429(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path, max_sessions_per_member=2) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        bob = await world.member("bob")
+        async with world.client(ann) as first, world.client(ann):
+            frames, code = await _hello_frames(node, ann.token)
+            assert code == 4429
+            assert frames == [
+                {
+                    "type": "error",
+                    "id": None,
+                    "code": "rate_limited",
+                    "message": "too many sessions for this member",
+                    "retryable": True,
+                    "details": {"maxSessions": 2},
+                }
+            ]
+            # Other members are not affected, and the two sessions still work.
+            async with world.client(bob) as other:
+                assert other.member_id == bob.id
+            await first.request("ping")
+        # Once ann's sessions are gone she may connect again.
+        with trio.fail_after(TIMEOUT):
+            while node.services.hub.sessions_of(ann.id):
+                await trio.sleep(0.02)
+        async with open_client(f"{node.url}?workspace={world.workspace_id}", ann.token) as again:
+            assert again.member_id == ann.id
