@@ -7,7 +7,7 @@ member of the roster is or is not a recipient (``Explain``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -90,10 +90,29 @@ class Explain:
     # Threads: (member id, admitted, reason) for the poster and every private
     # agent this send addressed (admitted or why not).
     admissions: tuple[tuple[str, bool, str], ...] = ()
+    # What the author may not see by name, as ``members`` would hide it from
+    # them (R-04): other owners' private agents (counted) and former members
+    # (left out). The full Explain stays for the operator's debug log.
+    hidden_private: frozenset[str] = frozenset()
+    former: frozenset[str] = frozenset()
 
     def __structlog__(self) -> dict[str, Any]:
         """Rendered only when a log line is emitted (structlog's JSON fallback)."""
         return self.as_dict()
+
+    def for_author(self) -> dict[str, Any]:
+        """What ``send`` with ``explain: true`` returns: only members the author may
+        see in ``members`` are named; other private agents are a count."""
+        unnamed = self.hidden_private | self.former
+        if not unnamed:
+            return {**self.as_dict(), "hiddenPrivate": 0}
+        return {
+            **Explain(
+                tuple(r for r in self.recipients if r.member_id not in unnamed),
+                tuple(a for a in self.admissions if a[0] not in unnamed),
+            ).as_dict(),
+            "hiddenPrivate": len(self.hidden_private),
+        }
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -277,6 +296,7 @@ def plan_message(
         else:
             explain.append(RecipientExplain(member_id, True, False, wake_reason))
     readers.add(author.id)
+    hidden, former = _unnamed(vis, author, (r.member_id for r in explain), admissions)
     outbox = [OutboxEvent("realtime", f"rt:{intent.message_id}", DeliveryPolicy.INLINE_ORDINARY)]
     outbox += [
         OutboxEvent(
@@ -297,7 +317,7 @@ def plan_message(
         readers=frozenset(readers),
         wakes=tuple(wakes),
         outbox=tuple(outbox),
-        explain=Explain(tuple(explain), admissions),
+        explain=Explain(tuple(explain), admissions, hidden, former),
         memberships=mutations,
         parent_fence=(
             (scope.thread.parent_scope_id, scope.thread.parent_generation)
@@ -306,6 +326,49 @@ def plan_message(
         ),
         expected_generation=scope.roster_generation,
     )
+
+
+def _unnamed(
+    vis: VisibilityContext,
+    author: Member,
+    roster: Iterable[str],
+    admissions: tuple[tuple[str, bool, str], ...],
+) -> tuple[frozenset[str], frozenset[str]]:
+    """Which members of an Explain the author may not see by name: (hidden private
+    members, former members).
+
+    The same rule as ``members``: a private membership is shown only to the
+    agent itself and its owner; a thread's parent readers are public members.
+    """
+    hidden: set[str] = set()
+    former: set[str] = set()
+    for member_id in roster:
+        current = [m for m in vis.intervals(member_id) if m.is_current]
+        if not current:
+            if member_id not in vis.parent_readers:
+                former.add(member_id)
+        elif all(m.is_private for m in current) and not _owns(vis, author, member_id, current):
+            hidden.add(member_id)
+    for member_id, _, _ in admissions:
+        # Admission candidates need not be members of the thread (yet).
+        agent = vis.members.get(member_id)
+        if (
+            member_id not in former
+            and agent is not None
+            and agent.is_private_agent
+            and author.id not in (agent.id, agent.owner_member_id)
+        ):
+            hidden.add(member_id)
+    return frozenset(hidden), frozenset(former)
+
+
+def _owns(
+    vis: VisibilityContext, author: Member, member_id: str, current: list[Membership]
+) -> bool:
+    if author.id == member_id or any(m.owner_member_id == author.id for m in current):
+        return True
+    member = vis.members.get(member_id)
+    return member is not None and member.owner_member_id == author.id
 
 
 def _wake_reason(

@@ -104,6 +104,7 @@ class ChunkedSend:
             # Attachments, recipients and the forward shape ride on the first row.
             attachment_ids=cmd.attachment_ids if first else (),
             recipients=cmd.recipients if first else (),
+            recipient_members=cmd.recipient_members if first else (),
             mention_mode=cmd.mention_mode,
             forward=cmd.forward if first else None,
             freshness=freshness,

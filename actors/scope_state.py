@@ -31,6 +31,7 @@ from actors.model import (
 )
 from actors.planner import MessageIntent, MessagePlan, ScopeContext, plan_message
 from actors.policy import ThreadFacts, can_post, thread_admission
+from actors.send_rules import CHUNK_SUFFIX, recipient_authority_error
 from actors.visibility import VisibilityContext, readable
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import FreshnessIn, SendResult
@@ -41,8 +42,6 @@ PRIVATE_GAP_BUDGET = 200
 # Content longer than this (characters) is split into several rows, one
 # logical send (seed 002 §3.9). The node's ``Settings.row_limit`` overrides it.
 ROW_LIMIT = 16_000
-# Chunk i of a logical send with clientMessageId C is stored under ``C#i``.
-CHUNK_SUFFIX = "#"
 
 SendReply = Callable[[SendResult | OperationError], None]
 
@@ -67,6 +66,9 @@ class SendCommand:
     freshness_declared: bool = False
     explain: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    # ``recipients`` as members (same order), looked up by the node: addressing
+    # a private agent is checked against the grants this actor caches.
+    recipient_members: tuple[Member, ...] = ()
     # Set on the rows of a chunked logical send (see actors/scope_actor.py).
     live_mentions: frozenset[str] | None = None
 
@@ -257,6 +259,10 @@ class ScopeState:
                 # The parent roster is cached: the author may have joined it since.
                 return NeedsReload()
             return Immediate(OperationError(ErrorCode.FORBIDDEN, "not a member of this scope"))
+        if cmd.recipient_members:
+            refused = recipient_authority_error(self.visibility, author, cmd.recipient_members, now)
+            if refused is not None:
+                return Immediate(refused)
         compat = False
         expected = self.latest_seq
         if cmd.freshness is not None:
@@ -384,7 +390,7 @@ class ScopeState:
             message_id=plan.intent.message_id,
             accepted_seq=plan.seq,
             latest_seq=plan.seq,
-            explain=plan.explain.as_dict() if cmd.explain else None,
+            explain=plan.explain.for_author() if cmd.explain else None,
         )
 
 

@@ -1,7 +1,8 @@
 """Live sessions by member, and the actor's Publisher: fan-out after commit.
 
 A ``message`` event is encoded once per send and the same bytes are queued on
-every reader's sessions; queuing never awaits.
+every reader's sessions (twice when the send names recipients: they and the
+author see ``metadata.recipients``, other readers do not); queuing never awaits.
 
 Trust hooks, for the paths that end a member's access (and later for
 cross-node notifications, which call the same methods):
@@ -29,7 +30,7 @@ import structlog
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend
 from node.outbound import coalesced_writes
-from node.views import committed_message_view
+from node.views import committed_message_view, without_recipients
 from node.wsframe import frame
 from protocol.codec import encode
 from protocol.errors import CloseCode
@@ -151,9 +152,17 @@ class Hub:
         for plan, commit in sends:
             view = committed_message_view(plan, commit)
             framed = frame(encode(MessageEvent(scope_id=scope_id, message=view)))
+            # ``metadata.recipients`` is for the author and the recipients only:
+            # a message that names recipients is encoded twice, one without them.
+            addressed = plan.intent.recipients
+            if addressed:
+                privileged = {plan.author.id, *addressed}
+                others_view = without_recipients(view)
+                others = frame(encode(MessageEvent(scope_id=scope_id, message=others_view)))
             for member_id in plan.readers:
+                framed_for = framed if not addressed or member_id in privileged else others
                 for session in self._sessions.get(member_id, ()):
-                    batches.setdefault(session, []).append((commit.seq, framed))
+                    batches.setdefault(session, []).append((commit.seq, framed_for))
             delivered.append(f"rt:{commit.message_id}")
             for agent_id, reason in plan.wakes:
                 wake = frame(
@@ -164,7 +173,9 @@ class Hub:
                             target_key=scope_id,
                             target_seq=commit.seq,
                             reason=reason,
-                            message=view,
+                            message=view
+                            if not addressed or agent_id in privileged
+                            else others_view,
                         )
                     )
                 )

@@ -133,7 +133,7 @@ class OutboxWorker:
                 target_key=row.scope_id,
                 target_seq=message.seq,
                 reason=row.reason or "",
-                message=stored_message_view(message),
+                message=stored_message_view(message, row.target_member_id),
             )
         )
         for session in daemons:
@@ -155,9 +155,6 @@ class OutboxWorker:
         assert row.message_id is not None
         message = await messages.get_message(conn, row.message_id)
         if message is not None:
-            payload = encode(
-                MessageEvent(scope_id=row.scope_id, message=stored_message_view(message))
-            )
             for listing in await scopes.current_members(conn, row.scope_id):
                 sessions = self._hub.sessions_of(listing.member.id)
                 if not sessions:
@@ -177,6 +174,8 @@ class OutboxWorker:
                     ascending=True,
                 )
                 if page.messages:
+                    view = stored_message_view(message, listing.member.id)
+                    payload = encode(MessageEvent(scope_id=row.scope_id, message=view))
                     for session in sessions:
                         session.deliver_events(row.scope_id, [(message.seq, frame(payload))])
                         self.pushed += 1

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import UTC, datetime
+
+import msgspec
 
 from actors.model import Member, StoredMessage
 from actors.planner import MessagePlan
@@ -30,8 +33,17 @@ def member_view(member: Member) -> MemberView:
     )
 
 
-def stored_message_view(message: StoredMessage) -> MessageView:
+def sees_recipients(viewer_id: str | None, author_id: str, recipients: Collection[str]) -> bool:
+    """``metadata.recipients`` is for the author and the recipients only."""
+    return viewer_id is not None and (viewer_id == author_id or viewer_id in recipients)
+
+
+def stored_message_view(message: StoredMessage, viewer_id: str | None) -> MessageView:
+    """The message as ``viewer_id`` may see it (None: a reader with no special standing)."""
     metadata = {k: v for k, v in message.metadata.items() if k not in ("mentions", "attachmentIds")}
+    recipients = metadata.get("recipients")
+    if recipients is not None and not sees_recipients(viewer_id, message.author.id, recipients):
+        del metadata["recipients"]
     return MessageView(
         id=message.id,
         scope_id=message.scope_id,
@@ -47,7 +59,8 @@ def stored_message_view(message: StoredMessage) -> MessageView:
 
 
 def committed_message_view(plan: MessagePlan, commit: CommittedSend) -> MessageView:
-    """The view of a message just committed: the same shape history returns."""
+    """The view of a message just committed, as its author sees it: the same shape
+    history returns (see :func:`without_recipients` for everyone else)."""
     intent = plan.intent
     stored = StoredMessage(
         id=commit.message_id,
@@ -61,4 +74,10 @@ def committed_message_view(plan: MessagePlan, commit: CommittedSend) -> MessageV
         metadata=message_metadata(plan),
         mentions=plan.mentions,
     )
-    return stored_message_view(stored)
+    return stored_message_view(stored, plan.author.id)
+
+
+def without_recipients(view: MessageView) -> MessageView:
+    """The view for a reader that is neither the author nor a recipient."""
+    metadata = {k: v for k, v in view.metadata.items() if k != "recipients"}
+    return msgspec.structs.replace(view, metadata=metadata)

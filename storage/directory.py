@@ -20,6 +20,7 @@ INSERT INTO members ({MEMBER_COLUMNS})
 VALUES (%s, %s, %s, %s, %s, %s, %s)
 """
 SELECT_MEMBER = f"SELECT {MEMBER_COLUMNS} FROM members WHERE id = %s"
+SELECT_MEMBERS = f"SELECT {MEMBER_COLUMNS} FROM members WHERE id = ANY(%s::text[])"
 SELECT_MEMBER_BY_HANDLE = (
     f"SELECT {MEMBER_COLUMNS} FROM members WHERE workspace_id = %s AND handle = %s"
 )
@@ -149,6 +150,14 @@ async def get_member(conn: TrioConnection, member_id: str) -> Member | None:
         cur = await conn.execute(SELECT_MEMBER, (member_id,))
         row = await cur.fetchone()
     return member_from_row(row) if row else None
+
+
+async def get_members(conn: TrioConnection, member_ids: list[str]) -> dict[str, Member]:
+    """The members with these ids (any workspace), by id; unknown ids are absent."""
+    with map_errors():
+        cur = await conn.execute(SELECT_MEMBERS, (member_ids,))
+        rows = await cur.fetchall()
+    return {row[0]: member_from_row(row) for row in rows}
 
 
 async def get_member_by_handle(

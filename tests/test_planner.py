@@ -140,6 +140,34 @@ def test_agent_wake_follows_notification_state(
         assert explain_of(plan, "bot") == reason
 
 
+def test_author_explain_names_only_what_members_shows_the_author() -> None:
+    grant = PrivateGrant("grt_1", "scp_1", "owner", "human", NOW - timedelta(hours=1))
+    state = ScopeState(snapshot(grants=(grant,)))
+    by_human = plan_message(intent("hi @private"), HUMAN, context(state), expected_seq=3)
+    # The operator's Explain (debug log) keeps everyone, with reasons.
+    assert {r.member_id for r in by_human.explain.recipients} == {
+        "owner",
+        "bot",
+        "private",
+        "left",
+    }
+    shown = by_human.explain.for_author()
+    # Even a grantee sees another owner's private agent only as a count, and
+    # former members not at all.
+    assert {r["memberId"] for r in shown["recipients"]} == {"owner", "bot"}
+    assert shown["hiddenPrivate"] == 1
+    by_owner = plan_message(intent("@private go"), OWNER, context(state), expected_seq=3)
+    own = by_owner.explain.for_author()
+    assert {r["memberId"] for r in own["recipients"]} == {"human", "bot", "private"}
+    assert own["hiddenPrivate"] == 0
+    by_agent = plan_message(intent("done"), PRIVATE, context(state), expected_seq=3)
+    assert {r["memberId"] for r in by_agent.explain.for_author()["recipients"]} == {
+        "owner",
+        "human",
+        "bot",
+    }
+
+
 def command(
     author: Member, *, seen: int | None = None, key: str = "scp_1", **kw: object
 ) -> SendCommand:

@@ -95,8 +95,10 @@ async def test_private_authority_and_visibility(database_url: str, tmp_path: Pat
             visible: list[int] = []  # seqs P may read, in order
 
             # H has no authority: no wake, and the message is not readable either.
+            # Its Explain names neither P nor Q to H: they are O's private agents.
             denied = await h.send("#c", "@p do x", explain=True)
-            assert explained(denied)[agent.id] == (False, False, "no_private_authority")
+            assert agent.id not in explained(denied)
+            assert denied["explain"]["hiddenPrivate"] == 2
             before, marker = await until_marker(p, o, "#c")
             assert routed(before) == []
             visible.append(marker)
@@ -114,7 +116,8 @@ async def test_private_authority_and_visibility(database_url: str, tmp_path: Pat
 
             # A public agent of the same owner has no authority without a grant.
             ungranted = await a.send("#c", "@p from a, ungranted", explain=True)
-            assert explained(ungranted)[agent.id] == (False, False, "no_private_authority")
+            assert agent.id not in explained(ungranted)
+            assert ungranted["explain"]["hiddenPrivate"] == 2
             before, marker = await until_marker(p, o, "#c")
             assert routed(before) == []
             visible.append(marker)

@@ -48,7 +48,7 @@ async def redeliver(ctx: Context) -> None:
             target_key=wake.message.scope_id,
             target_seq=wake.target_seq,
             reason=wake.reason,
-            message=stored_message_view(wake.message),
+            message=stored_message_view(wake.message, member.id),
         )
         payload = encode(frame)
         # Paced like resume: a reading daemon on a slow link is not a slow consumer.

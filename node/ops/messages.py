@@ -2,24 +2,35 @@
 
 A send is not awaited: the session hands the command to the scope's actor in
 the order read, and the actor answers through ``reply`` after commit.
+
+Before that, the fields a client may not set freely are checked: the pure
+rules of ``actors/send_rules.py`` first, then (only when the send has them)
+its recipients and forward sources against the database. A plain send, with
+neither, takes no extra round trip.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from actors.mentions import mode_for_forward
 from actors.model import Member
 from actors.scope_state import SendCommand
+from actors.send_rules import check_send_fields, recipient_errors
 from node.services import Services
-from protocol.errors import OperationError
-from protocol.frames import CAPABILITY_FRESHNESS, Send, SendResult
+from protocol.errors import ErrorCode, OperationError
+from protocol.frames import CAPABILITY_FRESHNESS, Send, SendResult, SourceRef
+from storage import directory, messages, scopes
 
 SendReply = Callable[[SendResult | OperationError], None]
 
 
 def send_command(
-    member: Member, request: Send, capabilities: frozenset[str], reply: SendReply
+    member: Member,
+    request: Send,
+    capabilities: frozenset[str],
+    reply: SendReply,
+    recipient_members: tuple[Member, ...] = (),
 ) -> SendCommand:
     return SendCommand(
         author=member,
@@ -29,6 +40,7 @@ def send_command(
         message_type=request.message_type,
         attachment_ids=tuple(request.attachment_ids),
         recipients=tuple(request.recipients),
+        recipient_members=recipient_members,
         mention_mode=mode_for_forward(request.forward.mode if request.forward else None),
         forward=request.forward,
         freshness=request.freshness,
@@ -44,8 +56,60 @@ async def submit_send(
     capabilities: frozenset[str],
     reply: SendReply,
 ) -> None:
-    """Resolve the target (cached) and queue the send on its scope actor."""
+    """Check what the client set, resolve the target (cached) and queue the send
+    on its scope actor."""
+    sources = request.forward.sources if request.forward is not None else []
+    check_send_fields(
+        member,
+        message_type=request.message_type,
+        client_message_id=request.client_message_id,
+        attachment_ids=request.attachment_ids,
+        source_ids=[source.message_id for source in sources],
+    )
+    recipients = (
+        await recipient_members(services, member, request.recipients) if request.recipients else ()
+    )
+    if sources:
+        await check_sources(services, member, sources)
     scope_id = services.resolver.cached(member, request.target)
     if scope_id is None:
         scope_id = await services.resolver.resolve(member, request.target)
-    await services.registry.submit(scope_id, send_command(member, request, capabilities, reply))
+    await services.registry.submit(
+        scope_id, send_command(member, request, capabilities, reply, recipients)
+    )
+
+
+async def recipient_members(
+    services: Services, member: Member, recipients: Sequence[str]
+) -> tuple[Member, ...]:
+    """The recipients as members of the sender's workspace (``validation_failed``
+    otherwise); authority over private agents is the actor's check."""
+    async with services.pool.connection() as conn:
+        found = await directory.get_members(conn, sorted(set(recipients)))
+    error = recipient_errors(member, recipients, found)
+    if error is not None:
+        raise error
+    return tuple(found[member_id] for member_id in recipients)
+
+
+async def check_sources(services: Services, member: Member, sources: Sequence[SourceRef]) -> None:
+    """Every forwarded message must be readable by the sender (the SQL predicate).
+
+    An unknown id, or one of another workspace, is ``not_found``; a message of
+    this workspace the sender cannot read is ``forbidden``.
+    """
+    async with services.pool.connection() as conn:
+        for index, source in enumerate(sources):
+            path = f"$.forward.sources[{index}].messageId"
+            message = await messages.get_message(conn, source.message_id)
+            info = await scopes.get_scope(conn, message.scope_id) if message else None
+            if message is None or info is None or info.workspace_id != member.workspace_id:
+                raise OperationError(ErrorCode.NOT_FOUND, "no such message", path=path)
+            viewer = await scopes.viewer_for(conn, info, member)
+            if (
+                viewer is None
+                or await messages.readable_message(conn, info.id, message.id, viewer) is None
+            ):
+                raise OperationError(
+                    ErrorCode.FORBIDDEN, "the sender cannot read this message", path=path
+                )

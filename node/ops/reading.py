@@ -60,7 +60,7 @@ async def thread_root(ctx: Context, info: ScopeInfo) -> dict[str, Any] | None:
         root = await messages.readable_message(
             conn, info.parent_scope_id, info.root_message_id, viewer
         )
-    return to_builtins(stored_message_view(root.message)) if root is not None else None
+    return to_builtins(stored_message_view(root.message, member.id)) if root is not None else None
 
 
 async def history(ctx: Context, request: History) -> dict[str, Any]:
@@ -94,7 +94,7 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
         "scopeId": scope_id,
         "targetKey": scope_id,
         "latestSeq": latest,
-        "messages": [to_builtins(stored_message_view(r.message)) for r in page.messages],
+        "messages": [to_builtins(stored_message_view(r.message, member.id)) for r in page.messages],
         "coversThroughSeq": max(covers, 0),
         "hasMore": page.has_more,
         "candidateBudgetExhausted": page.candidate_budget_exhausted,
@@ -128,7 +128,7 @@ async def resume(ctx: Context, resume_from: dict[str, int]) -> dict[str, int]:
                 budget=ctx.settings.history_candidate_budget,
             )
         for readable in page.messages:
-            view = stored_message_view(readable.message)
+            view = stored_message_view(readable.message, viewer.member.id)
             payload = encode(MessageEvent(scope_id=scope_id, message=view))
             # Paced by the writer: a burst of up to 200 messages must not close
             # a reading client as a slow consumer. A client that does not read
