@@ -5,11 +5,23 @@ One send is one statement: idempotency probe, the fenced bump of
 the global seq, the message row, its search document, the plan's membership
 and notification mutations (thread posters and admitted private agents, from
 the message's seq on) and its outbox rows, all in one CTE (half the cost of
-separate statements, measured). A thread send is also fenced on the parent's
-``roster_generation`` the plan was built on: a join, leave or grant in the
-parent since then makes it a fence miss, and the actor reloads. A batch from one actor runs its statements in one
-transaction; a fence miss or an idempotency hit anywhere rolls the whole
-batch back and tells the actor to reload.
+separate statements, measured).
+
+The fence is one conditional UPDATE of the scope row. It holds when the row
+still has the ``latest_seq`` and the ``roster_generation`` the plan was built
+on (a thread send also checks the parent's generation), and the message's
+``created_at`` is not ahead of the database clock. Every roster and grant
+write bumps the generation in its own transaction, so a join, leave, grant,
+revoke or notification change made anywhere since the actor loaded turns the
+send into a fence miss, and the actor reloads and plans again instead of
+fanning out to readers the database no longer has. ``created_at`` is database
+time carried by the actor (``actors/clock.py``); each statement returns
+``clock_timestamp()`` to re-anchor it. The conditions ride on the primary-key
+update that already locks the row, so they cost nothing measurable.
+
+A batch from one actor runs its statements in one transaction; a fence miss or
+an idempotency hit anywhere rolls the whole batch back and tells the actor to
+reload.
 """
 
 from __future__ import annotations
