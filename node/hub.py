@@ -152,17 +152,21 @@ class Hub:
         for plan, commit in sends:
             view = committed_message_view(plan, commit)
             framed = frame(encode(MessageEvent(scope_id=scope_id, message=view)))
-            # ``metadata.recipients`` is for the author and the recipients only:
-            # a message that names recipients is encoded twice, one without them.
             addressed = plan.intent.recipients
-            if addressed:
+            if not addressed:
+                for member_id in plan.readers:
+                    for session in self._sessions.get(member_id, ()):
+                        batches.setdefault(session, []).append((commit.seq, framed))
+            else:
+                # ``metadata.recipients`` is for the author and the recipients
+                # only: such a message is encoded twice, once without them.
                 privileged = {plan.author.id, *addressed}
                 others_view = without_recipients(view)
                 others = frame(encode(MessageEvent(scope_id=scope_id, message=others_view)))
-            for member_id in plan.readers:
-                framed_for = framed if not addressed or member_id in privileged else others
-                for session in self._sessions.get(member_id, ()):
-                    batches.setdefault(session, []).append((commit.seq, framed_for))
+                for member_id in plan.readers:
+                    framed_for = framed if member_id in privileged else others
+                    for session in self._sessions.get(member_id, ()):
+                        batches.setdefault(session, []).append((commit.seq, framed_for))
             delivered.append(f"rt:{commit.message_id}")
             for agent_id, reason in plan.wakes:
                 wake = frame(
