@@ -404,16 +404,16 @@ async def test_the_cluster_of_a_deleted_data_dir_is_removed_by_the_next_node(
             assert cluster_dir.parent == PRIVATE_CLUSTER_ROOT
             assert recorded_data_dir(cluster_dir) == first_dir.resolve()
             await sigterm(first, tmp_path / "first.log")
+        assert (cluster_dir / "PG_VERSION").exists()  # kept while its data dir exists
         shutil.rmtree(first_dir)
-        assert cluster_dir.exists()
 
+        # Any scopenode process on the machine may remove it first (other
+        # test sessions run concurrently), so the other node's log may not
+        # name it; the unit test above checks the log line.
         log_path = tmp_path / "other.log"
         async with serving(other_dir, log_path) as other:
             assert not cluster_dir.exists()
             await sigterm(other, log_path)
-        log = log_path.read_text()
-        assert "embedded_pg.orphaned_cluster_removed" in log
-        assert str(cluster_dir) in log
     finally:
         for data_dir in (first_dir, other_dir):
             cleanup(data_dir, data_dir)
