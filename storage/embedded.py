@@ -573,7 +573,7 @@ def remove_orphaned_clusters(
     discard = discard_under.resolve() if discard_under is not None else None
     try:
         entries = sorted(root.iterdir())
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):  # none yet, or not root: none of ours
         return []
     removed: list[Path] = []
     for cluster_dir in entries:

@@ -80,7 +80,7 @@ def _private_clusters_left_as_found(
 def _entries(directory: Path) -> list[Path]:
     try:
         return sorted(directory.iterdir())
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):
         return []
 
 
