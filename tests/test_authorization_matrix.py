@@ -47,17 +47,27 @@ DM = "DM"
 THREAD = "thread"
 SCOPE_KINDS = (PUBLIC_CHANNEL, PRIVATE_CHANNEL, DM, THREAD)
 
-ACTORS: dict[str, str] = {
-    "member": "a current public member (a human; in a thread, one who has posted there)",
-    "owner": "the channel's owner (its creator)",
-    "former": "a former member: joined, then left",
-    "outsider": "a human of the workspace who is not a member",
-    "foreign": "a member of another workspace",
-    "own_agent": "a private agent of the channel's owner, added by it as a private member"
-    " (in a thread: admitted by its owner's mention)",
-    "other_agent": "a private agent of another owner, not a member",
-    "third": "a human of the workspace who is not one of the DM's two members",
-    "leaver": "a public member of the parent who posted in the thread, then left the parent",
+ACTORS: dict[str, tuple[str, str]] = {
+    # key: (column heading, who it is)
+    "member": (
+        "public member",
+        "a current public member, a human (in a thread: one who has posted there)",
+    ),
+    "owner": ("channel owner", "the channel's owner (its creator)"),
+    "former": ("former member", "joined, then left"),
+    "outsider": ("outsider", "a human of the workspace who is not a member"),
+    "foreign": ("other workspace", "a member of another workspace"),
+    "own_agent": (
+        "owner's private agent",
+        "a private agent of the channel's owner, added by it as a private member"
+        " (in a thread: admitted there by its owner's mention)",
+    ),
+    "other_agent": ("other's private agent", "a private agent of another owner, not a member"),
+    "third": ("DM third party", "a human of the workspace who is not one of the DM's two members"),
+    "leaver": (
+        "thread poster who left the parent",
+        "a public member of the parent who posted in the thread, then left the parent",
+    ),
 }
 COLUMNS: dict[str, tuple[str, ...]] = {
     PUBLIC_CHANNEL: (
@@ -86,7 +96,7 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
         "channel owner in a DM or a thread",
         "a DM has two equal members and no owner; a thread"
         " has none either (its parent's owner reads and posts there as a public member of the"
-        " parent, which is the *current public member* column)",
+        " parent, which is the *public member* column)",
     ),
     ("former member of a DM", "a DM's membership is fixed: nobody leaves or joins it"),
     (
@@ -106,12 +116,16 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
         "thread poster who left the parent, in a channel or a DM",
         "that is the *former member* column of the parent channel",
     ),
-    ("`remove` the channel owner / the owner's private agent in a DM", "a DM has neither"),
-    ("`remove` the channel owner in a thread", "a thread has no owner"),
+    (
+        "*invite owner's agent*, *remove owner's agent* and *remove owner* in a DM",
+        "a DM has no owner",
+    ),
+    ("*remove owner* in a thread", "a thread has no owner"),
+    ("*invite own agent* by a private agent", "private agents own no agents"),
 )
 
 OPS: dict[str, tuple[str, str]] = {
-    # key: (op on the wire, the request each cell sends)
+    # key: (op on the wire, the request each cell sends); the key is the row heading
     "send": ("send", "`send` a text message to `scope:<id>`"),
     "history": ("history", "`history` of `scope:<id>`"),
     "search": ("search", "`search` with `scopeId`"),
@@ -121,20 +135,32 @@ OPS: dict[str, tuple[str, str]] = {
     "join": ("join", "`join`"),
     "leave": ("leave", "`leave`"),
     "invite": ("invite", "`invite` a human of the workspace who is not a member"),
-    "invite_private": (
+    "invite own agent": (
         "invite",
-        "`invite` with `visibility: private` the owner's other private agent (in a DM: the"
-        " first member's private agent)",
+        "`invite` with `visibility: private` the caller's own private agent",
     ),
-    "remove_member": ("remove", "`remove` a current public member (in a DM: the other member)"),
-    "remove_agent": ("remove", "`remove` the owner's private agent (the *private agent* column)"),
-    "remove_owner": ("remove", "`remove` the channel owner"),
+    "invite owner's agent": (
+        "invite",
+        "`invite` with `visibility: private` another private agent of the channel's owner",
+    ),
+    "remove member": ("remove", "`remove` a current public member (in a DM: the other member)"),
+    "remove owner's agent": ("remove", "`remove` the *owner's private agent*"),
+    "remove owner": ("remove", "`remove` the channel owner"),
     "grant": ("grant", "`grant` to a current public member (in a DM: the other member)"),
-    "revokeGrant": ("revokeGrant", "`revokeGrant` a grant made by the *current public member*"),
+    "revokeGrant": ("revokeGrant", "`revokeGrant` a grant made by the *public member*"),
     "setNotification": ("setNotification", "`setNotification` to `quiet`"),
 }
 MUTATING = frozenset(
-    {"join", "leave", "invite", "invite_private", "remove_member", "remove_agent", "remove_owner"}
+    {
+        "join",
+        "leave",
+        "invite",
+        "invite own agent",
+        "invite owner's agent",
+        "remove member",
+        "remove owner's agent",
+        "remove owner",
+    }
 )
 
 F, NF, SU, NE = FORBIDDEN, NOT_FOUND, SEARCH_UNAVAILABLE, NOT_ENABLED
@@ -151,10 +177,11 @@ _CHANNEL_READS: dict[str, tuple[str | None, ...]] = {
 _CHANNEL_REST: dict[str, tuple[str | None, ...]] = {
     "leave":           (OK,   OK,   OK,    OK,      NF,     OK,       OK),
     "invite":          (OK,   OK,   F,     F,       NF,     F,        F),
-    "invite_private":  (F,    OK,   F,     F,       NF,     F,        F),
-    "remove_member":   (F,    OK,   F,     F,       NF,     F,        F),
-    "remove_agent":    (F,    OK,   F,     F,       NF,     F,        F),
-    "remove_owner":    (F,    F,    F,     F,       NF,     F,        F),
+    "invite own agent":      (OK, OK, F,  F,  NF, NA, NA),
+    "invite owner's agent":  (F,  OK, F,  F,  NF, F,  F),
+    "remove member":         (F,  OK, F,  F,  NF, F,  F),
+    "remove owner's agent":  (F,  OK, F,  F,  NF, F,  F),
+    "remove owner":          (F,  F,  F,  F,  NF, F,  F),
     "grant":           (OK,   OK,   F,     F,       NF,     F,        F),
     "revokeGrant":     (OK,   NF,   NF,    NF,      NF,     NF,       NF),
     "setNotification": (OK,   OK,   F,     F,       NF,     OK,       F),
@@ -181,10 +208,11 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "join":            (F,    F,    NF,     F),
         "leave":           (F,    F,    NF,     F),
         "invite":          (F,    F,    NF,     F),
-        "invite_private":  (F,    F,    NF,     F),
-        "remove_member":   (F,    F,    NF,     F),
-        "remove_agent":    (NA,   NA,   NA,     NA),
-        "remove_owner":    (NA,   NA,   NA,     NA),
+        "invite own agent":     (F,  F,  NF, NA),
+        "invite owner's agent": (NA, NA, NA, NA),
+        "remove member":        (F,  F,  NF, F),
+        "remove owner's agent": (NA, NA, NA, NA),
+        "remove owner":         (NA, NA, NA, NA),
         "grant":           (OK,   F,    NF,     F),
         "revokeGrant":     (OK,   NF,   NF,     NF),
         "setNotification": (OK,   F,    NF,     F),
@@ -200,10 +228,11 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "join":            (F,    F,       NF,     F,        F,          F),
         "leave":           (OK,   OK,      NF,     OK,       OK,         OK),
         "invite":          (F,    F,       NF,     F,        F,          F),
-        "invite_private":  (F,    F,       NF,     F,        F,          F),
-        "remove_member":   (F,    F,       NF,     F,        F,          F),
-        "remove_agent":    (F,    F,       NF,     F,        F,          F),
-        "remove_owner":    (NA,   NA,      NA,     NA,       NA,         NA),
+        "invite own agent":     (F,  F,  NF, NA, NA, F),
+        "invite owner's agent": (F,  F,  NF, F,  F,  F),
+        "remove member":        (F,  F,  NF, F,  F,  F),
+        "remove owner's agent": (F,  F,  NF, F,  F,  F),
+        "remove owner":         (NA, NA, NA, NA, NA, NA),
         "grant":           (OK,   F,       NF,     F,        F,          F),
         "revokeGrant":     (OK,   NF,      NF,     NF,       NF,         NF),
         "setNotification": (OK,   F,       NF,     OK,       F,          F),
@@ -281,13 +310,13 @@ def _cell(answer: str | None) -> str:
 def render() -> str:
     """``docs/authorization.md``, from :data:`MATRIX` and its legends."""
     lines = [_INTRO, "## Who the columns are", "", "| column | who |", "| --- | --- |"]
-    lines += [f"| {actor} | {who} |" for actor, who in ACTORS.items()]
+    lines += [f"| {heading} | {who} |" for heading, who in ACTORS.values()]
     lines += ["", "## What each row asks", "", "| row | request |", "| --- | --- |"]
     lines += [f"| {key} | {request} |" for key, (_, request) in OPS.items()]
     for kind in SCOPE_KINDS:
         columns = COLUMNS[kind]
         lines += ["", f"## {kind[0].upper()}{kind[1:]}", ""]
-        lines.append("| op | " + " | ".join(columns) + " |")
+        lines.append("| op | " + " | ".join(ACTORS[c][0] for c in columns) + " |")
         lines.append("| --- |" + " :-: |" * len(columns))
         for op, answers in MATRIX[kind].items():
             if all(answer is None for answer in answers):
@@ -325,8 +354,9 @@ class Scene:
     scope_id: str
     message_id: str  # readable by every member, the owner's private agent included
     actors: dict[str, Client]
-    targets: dict[str, str]  # remove_member, remove_agent, remove_owner, invite, ...
+    targets: dict[str, str]  # row → the member it names (invite, remove …, grant)
     granter: Client  # the "member" actor, whose grant revokeGrant cells revoke
+    own_agents: dict[str, str]  # actor → its own private agent (not a member)
 
 
 @dataclass
@@ -379,14 +409,15 @@ async def channel_scene(cast: Cast, kind: str) -> Scene:
     )
     actors = {name: c[name] for name in COLUMNS[PUBLIC_CHANNEL]}
     targets = {
-        "remove_member": p["target"].id,
-        "remove_agent": p["own_agent"].id,
-        "remove_owner": p["owner"].id,
+        "remove member": p["target"].id,
+        "remove owner's agent": p["own_agent"].id,
+        "remove owner": p["owner"].id,
         "invite": p["invitee"].id,
-        "invite_private": p["second_agent"].id,
+        "invite owner's agent": p["second_agent"].id,
         "grant": p["target"].id,
     }
-    scene = Scene(kind, scope, first["messageId"], actors, targets, c["member"])
+    own_agents = {actor: p[agent].id for actor, agent in _OWN_AGENTS.items()}
+    scene = Scene(kind, scope, first["messageId"], actors, targets, c["member"], own_agents)
     if kind == THREAD:
         scene = await thread_scene(cast, scene, slug)
     return scene
@@ -421,8 +452,9 @@ async def thread_scene(cast: Cast, parent: Scene, slug: str) -> Scene:
             nursery.start_soon(post, who)
     await ok(c["leaver"], cast, "leave", scopeId=parent.scope_id)
     actors = {name: c[name] for name in COLUMNS[THREAD]}
-    targets = {**parent.targets}
-    return Scene(THREAD, thread, opened["messageId"], actors, targets, c["member"])
+    return Scene(
+        THREAD, thread, opened["messageId"], actors, parent.targets, c["member"], parent.own_agents
+    )
 
 
 async def dm_scene(cast: Cast) -> Scene:
@@ -443,12 +475,16 @@ async def dm_scene(cast: Cast) -> Scene:
         "other_agent": c["other_agent"],
     }
     targets = {
-        "remove_member": second.id,
+        "remove member": second.id,
         "invite": cast.people["invitee"].id,
-        "invite_private": agent.id,
         "grant": second.id,
     }
-    return Scene(DM, sent["targetKey"], sent["messageId"], actors, targets, client)
+    own_agents = {
+        "member": agent.id,
+        "third": cast.people["outsider_agent"].id,
+        "foreign": cast.people["foreign_agent"].id,
+    }
+    return Scene(DM, sent["targetKey"], sent["messageId"], actors, targets, client, own_agents)
 
 
 async def session(
@@ -491,13 +527,14 @@ async def answer(cast: Cast, s: Scene, op_key: str, actor: str) -> str:
         fields = {"scopeId": s.scope_id}
     elif op_key == "invite":
         fields = {"scopeId": s.scope_id, "memberId": s.targets["invite"]}
-    elif op_key == "invite_private":
+    elif op_key in ("invite own agent", "invite owner's agent"):
+        agent = s.own_agents[actor] if op_key == "invite own agent" else s.targets[op_key]
         fields = {
             "scopeId": s.scope_id,
-            "memberId": s.targets["invite_private"],
+            "memberId": agent,
             "visibility": "private",
         }
-    elif op_key.startswith("remove_"):
+    elif op_key.startswith("remove "):
         fields = {"scopeId": s.scope_id, "memberId": s.targets[op_key]}
     elif op_key == "grant":
         fields = {"scopeId": s.scope_id, "granteeMemberId": s.targets["grant"]}
@@ -529,8 +566,20 @@ _PEOPLE: tuple[tuple[str, MemberType, str | None], ...] = (
     ("own_agent", MemberType.AGENT, "owner"),
     ("second_agent", MemberType.AGENT, "owner"),
     ("other_agent", MemberType.AGENT, "member"),
+    ("member_agent", MemberType.AGENT, "member"),
+    ("former_agent", MemberType.AGENT, "former"),
+    ("outsider_agent", MemberType.AGENT, "outsider"),
+    ("leaver_agent", MemberType.AGENT, "leaver"),
 )
 _HANDLES = {"own_agent": "p", "second_agent": "p2", "other_agent": "q"}
+_OWN_AGENTS = {  # actor → the person that is its own private agent
+    "member": "member_agent",
+    "owner": "second_agent",
+    "former": "former_agent",
+    "outsider": "outsider_agent",
+    "foreign": "foreign_agent",
+    "leaver": "leaver_agent",
+}
 _ACTING = ("owner", "member", "target", "former", "outsider", "leaver", "own_agent", "other_agent")
 
 
@@ -550,6 +599,9 @@ async def test_authorization_matrix(database_url: str, tmp_path: Path) -> None:
                     private=owner is not None,
                 )
             people["foreign"] = await elsewhere.member("foreign")
+            people["foreign_agent"] = await elsewhere.member(
+                "foreign_agent", MemberType.AGENT, owner=people["foreign"], private=True
+            )
             clients = {name: await hold.start(session, world, people[name]) for name in _ACTING}
             clients["foreign"] = await hold.start(session, elsewhere, people["foreign"])
             cast = Cast(world, people, clients, hold)
