@@ -304,6 +304,7 @@ class EmbeddedPostgres:
         """Stop the server (fast shutdown) unless another live process uses it."""
         users, self._users = self._users, None
         self._dsn = None
+        self._started_here = self._adopted = False
         if users is None:
             return
         layout = self._require_layout()
