@@ -110,6 +110,8 @@ class ScopeInfo:
     name: str | None = None
     channel_visibility: str | None = None
     roster_generation: int = 0
+    # Channels: the member who created the channel (it may remove members).
+    channel_owner_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ member of the roster is or is not a recipient (``Explain``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -257,7 +257,7 @@ def with_memberships(
         )
         intervals[member.id] = (*intervals.get(member.id, ()), interval)
         members[member.id] = member
-    return VisibilityContext(intervals, members, vis.grants, vis.parent_readers)
+    return replace(vis, memberships=intervals, members=members)
 
 
 def plan_message(

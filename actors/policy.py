@@ -6,7 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from actors.model import Member, MemberType
+from actors.model import Member, Membership, MemberType, ScopeInfo, ScopeType
 from actors.visibility import VisibilityContext
 
 
@@ -38,29 +38,164 @@ class ThreadFacts:
     root_created_at: datetime | None = None
 
 
+def _through_parent(ctx: VisibilityContext, member: Member) -> Decision | None:
+    """Threads: a human or public agent is in only while it reads the parent.
+
+    A thread membership left over from before the member left the parent
+    grants nothing; re-joining the parent lets it in again as a parent reader.
+    """
+    if not ctx.thread or member.is_private_agent:
+        return None
+    if member.id not in ctx.parent_readers:
+        return Decision(False, "not_parent_member")
+    if any(m.is_current for m in ctx.intervals(member.id)):
+        return Decision(True, "member")
+    return Decision(True, "parent_member")
+
+
 def can_post(ctx: VisibilityContext, author: Member) -> Decision:
     """Writing to a conversational scope needs a current membership.
 
-    In a thread, a current public member of the parent may post too (it reads
-    the thread; posting makes it a thread member). Private agents need
-    admission (:func:`thread_admission`).
+    In a thread, a human or public agent posts while it is a current public
+    member of the parent (it reads the thread; posting makes it a thread
+    member). Private agents need admission (:func:`thread_admission`).
     """
+    through_parent = _through_parent(ctx, author)
+    if through_parent is not None:
+        return through_parent
     if any(m.is_current for m in ctx.intervals(author.id)):
         return Decision(True, "member")
-    if not author.is_private_agent and author.id in ctx.parent_readers:
-        return Decision(True, "parent_member")
     return Decision(False, "not_member")
 
 
 def can_read_scope(ctx: VisibilityContext, viewer: Member) -> Decision:
     """Whether the viewer may open the scope's history at all (rows are filtered further)."""
+    through_parent = _through_parent(ctx, viewer)
+    if through_parent is not None:
+        return through_parent
     if any(m.is_current for m in ctx.intervals(viewer.id)):
         return Decision(True, "member")
-    if not viewer.is_private_agent and viewer.id in ctx.parent_readers:
-        return Decision(True, "parent_member")
     if viewer.is_private_agent and ctx.intervals(viewer.id):
         return Decision(True, "former_private_member")
     return Decision(False, "not_member")
+
+
+# ---------------------------------------------------------------- roster rules
+#
+# Who may change a scope's roster, per scope type. A new public member reads
+# the whole history, so every way in is a decision about past messages:
+# channels take members from their current public members (private agents
+# only from their owner), DMs never change, threads take readers from their
+# parent and private agents only by admission.
+
+
+def _current(ctx: VisibilityContext, member_id: str) -> Membership | None:
+    return next((m for m in ctx.intervals(member_id) if m.is_current), None)
+
+
+def _fixed_roster(scope: ScopeInfo) -> Decision | None:
+    """DMs, threads and non-channel scopes: no one changes their roster by request."""
+    if scope.type is ScopeType.DM:
+        return Decision(False, "dm_fixed_membership")
+    if scope.type is ScopeType.THREAD:
+        return Decision(False, "thread_through_parent")
+    if scope.type is not ScopeType.CHANNEL:
+        return Decision(False, "not_a_channel")
+    return None
+
+
+def can_join(scope: ScopeInfo, member: Member) -> Decision:
+    """``join``: public channels only, and never a private agent (its owner adds it)."""
+    fixed = _fixed_roster(scope)
+    if fixed is not None:
+        return fixed
+    if member.is_private_agent:
+        return Decision(False, "private_agent_added_by_owner")
+    if scope.channel_visibility != "public":
+        return Decision(False, "private_channel_needs_invitation")
+    return Decision(True, "public_channel")
+
+
+def can_leave(scope: ScopeInfo) -> Decision:
+    """``leave``: anywhere but a DM, whose two members are fixed."""
+    if scope.type is ScopeType.DM:
+        return Decision(False, "dm_fixed_membership")
+    return Decision(True, "member_leaves")
+
+
+def can_invite(
+    scope: ScopeInfo, ctx: VisibilityContext, actor: Member, invitee: Member, visibility: str
+) -> Decision:
+    """``invite`` into a channel.
+
+    A current public member invites humans and public agents (as public
+    members); a private agent is added (as a private member) only by its owner,
+    and only where the owner is a current public member. Private agents never
+    invite: their own membership is private, so they would open the channel's
+    history to someone their owner never chose.
+    """
+    fixed = _fixed_roster(scope)
+    if fixed is not None:
+        return fixed
+    if actor.is_private_agent:
+        return Decision(False, "private_agent_never_invites")
+    current = _current(ctx, actor.id)
+    if current is None or current.is_private:
+        return Decision(False, "not_public_member")
+    if invitee.is_private_agent:
+        if invitee.owner_member_id != actor.id:
+            return Decision(False, "not_agent_owner")
+        return Decision(True, "owner_adds_private_agent")
+    if visibility == "private":
+        return Decision(False, "not_private_agent")
+    return Decision(True, "public_member_invites")
+
+
+def can_remove(scope: ScopeInfo, ctx: VisibilityContext, actor: Member, target: Member) -> Decision:
+    """``remove`` from a channel.
+
+    The channel's owner removes any member while it is a current public
+    member; an owner removes its own private agent (whether or not the owner
+    still belongs to the channel); nobody removes the channel's owner.
+    """
+    fixed = _fixed_roster(scope)
+    if fixed is not None:
+        return fixed
+    if target.id == scope.channel_owner_id:
+        return Decision(False, "channel_owner_stays")
+    if target.is_private_agent and target.owner_member_id == actor.id:
+        return Decision(True, "agent_owner")
+    if actor.id != scope.channel_owner_id:
+        return Decision(False, "not_channel_owner")
+    current = _current(ctx, actor.id)
+    if current is None or current.is_private:
+        return Decision(False, "owner_not_member")
+    return Decision(True, "channel_owner")
+
+
+def can_open_dm(member: Member, other: Member) -> Decision:
+    """``dm:<id>``: a DM has exactly its two members, fixed at creation.
+
+    A private agent takes part only in its owner's private DM with it, as a
+    private member: another owner's private agent is never a DM participant,
+    and a private agent opens no DM but its owner's.
+    """
+    if member.id == other.id:
+        return Decision(True, "self")
+    if other.is_private_agent and other.owner_member_id != member.id:
+        return Decision(False, "other_owners_private_agent")
+    if member.is_private_agent and other.id != member.owner_member_id:
+        return Decision(False, "private_agent_dms_owner_only")
+    if member.is_private_agent or other.is_private_agent:
+        return Decision(True, "owner_private")
+    return Decision(True, "members")
+
+
+def dm_membership(member: Member) -> tuple[str, str | None]:
+    """(visibility, owner) of a DM participant: a private agent is a private member."""
+    if member.is_private_agent:
+        return "private", member.owner_member_id
+    return "public", None
 
 
 def private_authority(

@@ -27,6 +27,7 @@ import trio
 from actors.clock import DbClock
 from actors.mentions import live_handles
 from actors.model import Member, NotificationState, ScopeSnapshot
+from actors.policy import Decision, can_invite, can_join, can_leave, can_remove
 from actors.ports import CommittedSend, FenceLost, IdempotencyRace, Publisher, ScopeStore
 from actors.scope_state import (
     ROW_LIMIT,
@@ -52,7 +53,11 @@ RosterReply = Callable[[dict[str, object] | OperationError], None]
 
 @dataclass(slots=True)
 class RosterCommand:
-    """join / leave / invite / setNotification, serialised with the scope's sends."""
+    """join / leave / invite / remove / setNotification, serialised with the scope's sends.
+
+    ``actor`` asks; ``member`` is the one whose membership changes. Who may do
+    what is :mod:`actors.policy`'s, decided on the actor's own roster.
+    """
 
     op: str
     actor: Member
@@ -456,6 +461,13 @@ class ScopeActor:
 
     async def _apply_roster(self, state: ScopeState, cmd: RosterCommand) -> dict[str, object]:
         member = cmd.member
+        decision = _roster_decision(state, cmd)
+        if decision is not None and not decision:
+            raise OperationError(
+                ErrorCode.FORBIDDEN,
+                f"{cmd.op} is not allowed here ({decision.reason.replace('_', ' ')})",
+                details={"reason": decision.reason},
+            )
         if cmd.op in ("join", "invite"):
             if state.is_current_member(member.id):
                 return {}
@@ -473,11 +485,13 @@ class ScopeActor:
             op = "joined" if cmd.op == "join" else "invited"
             self._publish_roster(state, member.id, op, cmd.visibility)
             return {}
-        if cmd.op == "leave":
+        if cmd.op in ("leave", "remove"):
+            # Removing is leaving on someone else's word: the same interval end,
+            # the same thread memberships ended with it, the same event.
             if not state.is_current_member(member.id):
                 return {}
             visibility = next(m.visibility for m in state.intervals[member.id] if m.is_current)
-            audience = state.current_readers()
+            audience = self._roster_audience(state, member.id, visibility)
             closed = await self._store.leave(self.scope_id, member.id)
             if closed.membership is not None:
                 state.apply_membership(member, closed.membership)
@@ -496,10 +510,30 @@ class ScopeActor:
         raise OperationError(ErrorCode.VALIDATION_FAILED, f"unknown roster op {cmd.op}")
 
     def _publish_roster(self, state: ScopeState, member_id: str, op: str, visibility: str) -> None:
-        audience = state.current_readers() | state.parent_readers
+        audience = self._roster_audience(state, member_id, visibility)
+        self._publisher.publish_membership(self.scope_id, member_id, op, visibility, audience)
+
+    @staticmethod
+    def _roster_audience(state: ScopeState, member_id: str, visibility: str) -> frozenset[str]:
+        """Who hears of a roster change: the scope's readers (taken before a leave,
+        so the one leaving hears it too)."""
+        audience = state.current_readers() | state.parent_readers | {member_id}
         if visibility == "private":
             # Private members are shown only to viewers allowed to see them (R-04):
             # the member itself and its owner.
             member = state.members[member_id]
             audience = audience & {member_id, member.owner_member_id or ""}
-        self._publisher.publish_membership(self.scope_id, member_id, op, visibility, audience)
+        return audience
+
+
+def _roster_decision(state: ScopeState, cmd: RosterCommand) -> Decision | None:
+    """Policy's word on a roster request (None: the op needs no authority check)."""
+    if cmd.op == "join":
+        return can_join(state.scope, cmd.member)
+    if cmd.op == "leave":
+        return can_leave(state.scope)
+    if cmd.op == "invite":
+        return can_invite(state.scope, state.visibility, cmd.actor, cmd.member, cmd.visibility)
+    if cmd.op == "remove":
+        return can_remove(state.scope, state.visibility, cmd.actor, cmd.member)
+    return None

@@ -188,7 +188,11 @@ class ScopeState:
     def visibility(self) -> VisibilityContext:
         if self._ctx is None:
             self._ctx = VisibilityContext(
-                self.intervals, self.members, self.grants, self.parent_readers
+                self.intervals,
+                self.members,
+                self.grants,
+                self.parent_readers,
+                thread=self.thread is not None,
             )
         return self._ctx
 

@@ -6,9 +6,12 @@ freshness private-gap check, so it must never be more generous than the SQL.
 
 Rules:
 - a human or public agent reads a conversational scope while it has a current
-  membership (SPEC §7.1); it reads a thread also while it is a current public
-  member of the thread's parent scope (SPEC §7.2, reason ``parent_member``:
-  a public parent member reads the whole parent, the root included);
+  membership; a thread it reads only while it is a current public member of
+  the thread's parent scope: reason ``member`` when it also holds a current
+  thread membership, else ``parent_member`` (a public parent member reads the
+  whole parent, the root included). A thread membership without the parent
+  grants nothing: leaving the parent ends reading its threads, and re-joining
+  reads them through the parent again;
 - a private agent reads, within one of its private membership intervals:
   its own messages, its owner's, those of grantees of its owner (within the
   grant's wall-clock interval; thread scopes also use the parent's grants),
@@ -40,6 +43,8 @@ class VisibilityContext:
     grants: tuple[PrivateGrant, ...]
     # Threads only: current public members of the parent (never private agents).
     parent_readers: frozenset[str] = frozenset()
+    # The scope is a reply thread: humans and public agents read it through the parent.
+    thread: bool = False
 
     def intervals(self, member_id: str) -> tuple[Membership, ...]:
         return self.memberships.get(member_id, ())
@@ -55,6 +60,8 @@ def readable(
     """Why ``viewer`` may read the message (author, seq, created_at), or None."""
     intervals = ctx.intervals(viewer.id)
     if not viewer.is_private_agent:
+        if ctx.thread and viewer.id not in ctx.parent_readers:
+            return None
         if any(m.is_current for m in intervals):
             return Readable("member")
         if viewer.id in ctx.parent_readers:

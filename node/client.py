@@ -197,6 +197,11 @@ class Client:
         """The ``history`` op (``beforeSeq``/``afterSeq``/``limit`` as keywords)."""
         return await self.request("history", target=target, **fields)
 
+    async def remove(self, scope_id: str, member_id: str) -> dict[str, Any]:
+        """The ``remove`` op: end ``member_id``'s membership of the channel ``scope_id``
+        (allowed to the channel's owner, and to the owner of a private agent)."""
+        return await self.request("remove", scopeId=scope_id, memberId=member_id)
+
     async def send_raw(self, text: str | bytes) -> None:
         """Write one raw WebSocket message: ``str`` as text, ``bytes`` as binary."""
         self._raise_if_closed()

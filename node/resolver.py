@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from actors.model import Member, ScopeInfo
+from actors.policy import can_open_dm
 from protocol.errors import ErrorCode, OperationError
 from storage import directory, messages, scopes
 from storage.pg import Pool
@@ -105,5 +106,12 @@ class Resolver:
                 other = await directory.get_member(conn, rest)
                 if other is None or other.workspace_id != member.workspace_id:
                     raise OperationError(ErrorCode.NOT_FOUND, "no such member")
+                allowed = can_open_dm(member, other)
+                if not allowed:
+                    raise OperationError(
+                        ErrorCode.FORBIDDEN,
+                        "a private agent is in no DM but its owner's",
+                        details={"reason": allowed.reason},
+                    )
                 return await scopes.get_or_create_dm(conn, member, other)
         raise OperationError(ErrorCode.INVALID_TARGET, f"unrecognised target {target!r}")

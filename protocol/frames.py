@@ -152,6 +152,14 @@ class Invite(_Frame, tag="invite"):
     visibility: Visibility | None = None
 
 
+class Remove(_Frame, tag="remove"):
+    """End another member's membership of a channel (its owner, or a private agent's owner)."""
+
+    id: RequestId
+    scope_id: Identifier
+    member_id: Identifier
+
+
 class SetNotification(_Frame, tag="setNotification"):
     id: RequestId
     scope_id: Identifier
@@ -186,6 +194,7 @@ ClientFrame = (
     | Join
     | Leave
     | Invite
+    | Remove
     | SetNotification
     | Grant
     | RevokeGrant
@@ -203,6 +212,7 @@ Request = (
     | Join
     | Leave
     | Invite
+    | Remove
     | SetNotification
     | Grant
     | RevokeGrant

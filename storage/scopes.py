@@ -18,6 +18,7 @@ from actors.model import (
     StoredMessage,
     ThreadContext,
 )
+from actors.policy import dm_membership
 from actors.ports import RosterChange, ScopeMissing
 from storage.directory import member_from_row
 from storage.errors import map_errors
@@ -27,7 +28,7 @@ from storage.visibility import Viewer
 
 SCOPE_COLUMNS = """
 s.id, s.workspace_id, s.type, s.latest_seq, s.parent_scope_id, s.root_message_id,
-p.slug, p.display_name, p.visibility, s.roster_generation
+p.slug, p.display_name, p.visibility, s.roster_generation, p.owner_member_id
 """
 SELECT_SCOPE = f"""
 SELECT {SCOPE_COLUMNS}
@@ -113,6 +114,33 @@ WHERE s.id = m.scope_id AND m.scope_id = %(scope_id)s AND m.member_id = %(member
 RETURNING m.visibility, m.owner_member_id, m.effective_from_seq, m.effective_to_seq,
           m.last_read_seq
 """
+# Leaving (or being removed from) a scope ends the member's memberships of the
+# reply threads under it too, in the same transaction: a thread is read through
+# its parent, and a membership left behind would keep a former member of a
+# private channel reading its threads. Each such thread's generation is bumped
+# first (it locks the row, so the interval ends at the thread's true latest
+# seq, and the thread's actor reloads before its next send).
+CLOSE_THREAD_MEMBERSHIPS = """
+WITH threads AS (
+    UPDATE scopes t SET roster_generation = t.roster_generation + 1
+    WHERE t.parent_scope_id = %(scope_id)s AND t.type = 'thread'
+      AND EXISTS (
+          SELECT 1 FROM scope_memberships tm
+          WHERE tm.scope_id = t.id AND tm.member_id = %(member_id)s
+            AND tm.effective_to_seq IS NULL)
+    RETURNING t.id, t.latest_seq
+), closed AS (
+    UPDATE scope_memberships m
+    SET effective_to_seq = threads.latest_seq + 1, removed_at = now(), updated_at = now()
+    FROM threads
+    WHERE m.scope_id = threads.id AND m.member_id = %(member_id)s
+      AND m.effective_to_seq IS NULL
+    RETURNING m.scope_id
+)
+DELETE FROM scope_notification_settings n
+USING closed
+WHERE n.scope_id = closed.scope_id AND n.member_id = %(member_id)s
+"""
 UPSERT_NOTIFICATION = """
 INSERT INTO scope_notification_settings (scope_id, member_id, state)
 VALUES (%s, %s, %s)
@@ -193,6 +221,7 @@ def _scope_from_row(row: tuple[Any, ...]) -> ScopeInfo:
         name=row[7],
         channel_visibility=row[8],
         roster_generation=row[9],
+        channel_owner_id=row[10],
     )
 
 
@@ -236,7 +265,11 @@ async def create_channel(
 
 
 async def get_or_create_dm(conn: TrioConnection, a: Member, b: Member) -> str:
-    """The DM between two members (identity ``dm:`` + sorted ids), created with both."""
+    """The DM between two members (identity ``dm:`` + sorted ids), created with both.
+
+    The caller checks :func:`actors.policy.can_open_dm` first; a private agent
+    (only ever in its owner's DM) is a private member with its owner set.
+    """
     identity = "dm:" + ":".join(sorted({a.id, b.id}))
     with map_errors():
         async with conn.transaction():
@@ -246,7 +279,8 @@ async def get_or_create_dm(conn: TrioConnection, a: Member, b: Member) -> str:
             created = await cur.fetchone()
             if created is not None:
                 for member in {a.id: a, b.id: b}.values():
-                    await _insert_membership(conn, str(created[0]), member, "public", None)
+                    visibility, owner = dm_membership(member)
+                    await _insert_membership(conn, str(created[0]), member, visibility, owner)
                 return str(created[0])
             cur = await conn.execute(SELECT_BY_IDENTITY, (identity,))
             row = await cur.fetchone()
@@ -336,14 +370,15 @@ async def join(
 
 
 async def leave(conn: TrioConnection, scope_id: str, member_id: str) -> RosterChange:
-    """Close the member's interval (no membership in the change when it had none)."""
+    """Close the member's interval (no membership in the change when it had none),
+    and its memberships of every thread under the scope."""
     with map_errors():
         async with conn.transaction():
             generation = await _bump_roster(conn, scope_id)
-            cur = await conn.execute(
-                CLOSE_MEMBERSHIP, {"scope_id": scope_id, "member_id": member_id}
-            )
+            keys = {"scope_id": scope_id, "member_id": member_id}
+            cur = await conn.execute(CLOSE_MEMBERSHIP, keys)
             row = await cur.fetchone()
+            await conn.execute(CLOSE_THREAD_MEMBERSHIPS, keys)
             if row is None:
                 return RosterChange(None, generation)
             await conn.execute(DELETE_NOTIFICATION, (scope_id, member_id))
@@ -504,16 +539,18 @@ async def read_rights(conn: TrioConnection, scope_id: str, member_id: str) -> Re
 async def viewer_for(conn: TrioConnection, info: ScopeInfo, member: Member) -> Viewer | None:
     """The member's read rights in a scope as a predicate Viewer; None if it has none.
 
-    Humans and public agents read by current public membership, or in a thread
-    by current public membership of the parent (SPEC §7.1–7.2); private agents
-    by any membership interval (rows are filtered by the predicate).
+    Humans and public agents read by current public membership, and a thread
+    only while they are current public members of the parent;
+    private agents by any membership interval (rows are filtered by the
+    predicate).
     """
     rights = await read_rights(conn, info.id, member.id)
     public = rights.current_public and not member.is_private_agent
+    in_thread = info.type is ScopeType.THREAD
     if member.is_private_agent:
         if not rights.any_membership:
             return None
-    elif not public and not rights.parent_public:
+    elif not (rights.parent_public if in_thread else public):
         return None
     grant_scopes = (info.id,) + ((info.parent_scope_id,) if info.parent_scope_id else ())
-    return Viewer(member, public, grant_scopes)
+    return Viewer(member, public, grant_scopes, in_thread)

@@ -9,12 +9,16 @@ in-memory twin is ``actors/visibility.py``; a property test proves they agree.
 Parameters: ``viewer_id``, ``viewer_public`` (the viewer is not a private agent
 and holds a current membership of the scope), ``viewer_private`` (the viewer is
 a private agent), ``owner_id`` (the viewer's owner when it is a private agent,
-else NULL), ``grant_scopes`` (the scope and, for a thread, its parent).
+else NULL), ``grant_scopes`` (the scope and, for a thread, its parent),
+``in_thread`` (the scope is a reply thread).
 
-In a thread, a viewer that is not a private agent and holds a current public
-membership of the parent reads every message (reason ``parent_member``; SPEC
-§7.2: computed here, never materialised as rows). The constant guards let the
-planner drop that lookup for members and for private agents.
+In a thread, a viewer that is not a private agent reads only while it holds a
+current public membership of the parent, and then reads every message (reason
+``member`` with a current thread membership, else ``parent_member``:
+computed here, never materialised as rows). A thread membership alone
+grants nothing, so a member who left the parent stops reading its threads.
+The constant guards let the planner drop that lookup for channel members and
+for private agents.
 """
 
 from __future__ import annotations
@@ -27,14 +31,14 @@ READABLE_JOIN = """
 CROSS JOIN LATERAL (
     SELECT
         CASE
-            WHEN %(viewer_public)s THEN 'member'
+            WHEN %(viewer_public)s AND NOT %(in_thread)s THEN 'member'
             WHEN NOT %(viewer_private)s AND EXISTS (
                 SELECT 1 FROM scopes ts
                 JOIN scope_memberships pmm ON pmm.scope_id = ts.parent_scope_id
                 WHERE ts.id = m.scope_id AND ts.type = 'thread'
                   AND pmm.member_id = %(viewer_id)s AND pmm.visibility = 'public'
                   AND pmm.effective_to_seq IS NULL
-            ) THEN 'parent_member'
+            ) THEN CASE WHEN %(viewer_public)s THEN 'member' ELSE 'parent_member' END
             WHEN NOT pm.covered THEN NULL
             WHEN m.author_member_id = %(viewer_id)s THEN 'own'
             WHEN m.author_member_id = %(owner_id)s THEN 'owner'
@@ -88,9 +92,13 @@ class Viewer:
     member: Member
     public_reader: bool
     grant_scopes: tuple[str, ...]
+    # The scope is a reply thread: a current thread membership reads only
+    # together with a current public membership of the parent.
+    in_thread: bool = False
 
     def params(self) -> dict[str, object]:
         return {
+            "in_thread": self.in_thread,
             "viewer_id": self.member.id,
             "viewer_public": self.public_reader,
             "viewer_private": self.member.is_private_agent,

@@ -7,8 +7,13 @@ to a grantee in the scope, its parent (threads) or an unrelated scope, with
 optional expiry and revoke, and messages by anyone at increasing seqs and
 non-decreasing wall-clock times (ties on purpose: grant bounds are half-open).
 Thread worlds also give each member a membership of the parent channel (none,
-current or closed): current public members of the parent read the thread
-(``parent_member``, SPEC §7.2).
+current or closed) that later steps end and start again: current public
+members of the parent read the thread (``parent_member``), and a
+human or public agent reads it only while it is one. Leaving or being removed
+from the parent ends the member's thread membership at that point (what
+``storage.scopes.leave`` does); a "legacy" parent leave does not, so worlds
+also hold current thread memberships under left parents, which must read
+nothing. ``remove`` ends an interval exactly as ``leave`` does.
 
 Each world is written straight into the test database (its own workspace and
 scope ids). Then, for every (viewer, message) pair, the reason and grant id of
@@ -33,7 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actors.model import Member, Membership, MemberType, PrivateGrant
-from actors.visibility import VisibilityContext, readable, readers
+from actors.visibility import Readable, VisibilityContext, readable, readers
 from storage import messages, scopes
 from storage.directory import member_from_row
 from storage.visibility import READABLE_JOIN, Viewer
@@ -79,6 +84,11 @@ class Simulated:
     )
 
 
+# How a parent membership ends: through the node (its thread memberships end
+# with it) or as a row left from before that rule ("legacy": they stay open).
+CLOSINGS = ("leave", "remove", "legacy")
+
+
 def _uid() -> str:
     return uuid.uuid4().hex
 
@@ -98,10 +108,17 @@ def specs(draw: st.DrawFn) -> Spec:
     for _ in range(draw(st.integers(0, 30))):
         tick = draw(st.integers(0, 1))
         kind = draw(
-            st.sampled_from(["msg", "msg", "msg", "join", "leave", "grant", "regrant", "revoke"])
+            st.sampled_from(
+                [
+                    *("msg", "msg", "msg", "join", "leave", "remove"),
+                    *("grant", "regrant", "revoke", "parent_leave", "parent_join"),
+                ]
+            )
         )
-        if kind in ("msg", "join", "leave"):
+        if kind in ("msg", "join", "leave", "remove", "parent_join"):
             steps.append((kind, tick, draw(member)))
+        elif kind == "parent_leave":
+            steps.append((kind, tick, draw(member), draw(st.sampled_from(CLOSINGS))))
         elif kind == "grant":
             steps.append(
                 (
@@ -157,18 +174,34 @@ def simulate(spec: Spec) -> Simulated:
             (member.id, "private" if owner else "public", owner, latest + 1, None)
         )
 
+    def leave(index: int) -> None:
+        if index not in current:
+            return
+        position = current.pop(index)
+        member_id, visibility, owner_id, start, _ = world.memberships[position]
+        world.memberships[position] = (member_id, visibility, owner_id, start, latest + 1)
+
+    # The parent's own seqs do not matter here (only which memberships are
+    # current), so parent intervals use a counter of parent roster steps.
+    parent_seq = 2
+    parent_current: dict[int, int] = {}  # member index -> position in parent_memberships
+
+    def parent_row(index: int, start: int, end: int | None) -> None:
+        member = members[index]
+        owner = member.owner_member_id if member.is_private_agent else None
+        if end is None:
+            parent_current[index] = len(world.parent_memberships)
+        world.parent_memberships.append(
+            (member.id, "private" if owner else "public", owner, start, end)
+        )
+
     for index, joined in enumerate(spec.initial_joins):
         if joined:
             join(index)
     if world.parent_id is not None:
         for index, status in enumerate(spec.parent_joins):
             if status:
-                member = members[index]
-                owner = member.owner_member_id if member.is_private_agent else None
-                visibility = "private" if owner else "public"
-                world.parent_memberships.append(
-                    (member.id, visibility, owner, 1, 2 if status == 2 else None)
-                )
+                parent_row(index, 1, 2 if status == 2 else None)
     for step in spec.steps:
         kind, tick = step[0], step[1]
         clock += timedelta(seconds=tick)
@@ -177,10 +210,27 @@ def simulate(spec: Spec) -> Simulated:
             world.messages.append((f"msg_{_uid()}", latest, members[step[2]].id, clock))
         elif kind == "join":
             join(step[2])
-        elif kind == "leave" and step[2] in current:
-            position = current.pop(step[2])
-            member_id, visibility, owner_id, start, _ = world.memberships[position]
-            world.memberships[position] = (member_id, visibility, owner_id, start, latest + 1)
+        elif kind in ("leave", "remove"):
+            leave(step[2])
+        elif kind == "parent_leave" and world.parent_id is not None:
+            index, closing = step[2], step[3]
+            if index in parent_current:
+                parent_seq += 1
+                position = parent_current.pop(index)
+                member_id, visibility, owner_id, start, _ = world.parent_memberships[position]
+                world.parent_memberships[position] = (
+                    member_id,
+                    visibility,
+                    owner_id,
+                    start,
+                    parent_seq,
+                )
+            if closing != "legacy":
+                leave(index)
+        elif kind == "parent_join" and world.parent_id is not None:
+            if step[2] not in parent_current:
+                parent_seq += 1
+                parent_row(step[2], parent_seq, None)
         elif kind in ("grant", "regrant"):
             if kind == "grant":
                 _, _, owner_index, grantee_index, where, expiry = step
@@ -315,7 +365,9 @@ def load_twin_context(conn: psycopg.Connection[Any], world: Simulated) -> Visibi
             members.setdefault(parent_member.id, parent_member)
             if r[1] == "public" and not parent_member.is_private_agent:
                 parent_readers.add(r[0])
-    return VisibilityContext(intervals, members, grants, frozenset(parent_readers))
+    return VisibilityContext(
+        intervals, members, grants, frozenset(parent_readers), thread=world.parent_id is not None
+    )
 
 
 # ------------------------------------------------------------------ the property
@@ -333,9 +385,15 @@ def check_world(conn: psycopg.Connection[Any], world: Simulated, seen: Counter[s
     grant_scopes = (world.scope_id, *((world.parent_id,) if world.parent_id else ()))
     for viewer in world.members:
         public = not viewer.is_private_agent and any(m.is_current for m in ctx.intervals(viewer.id))
-        params = {"scope_id": world.scope_id, **Viewer(viewer, public, grant_scopes).params()}
+        in_thread = world.parent_id is not None
+        viewer_params = Viewer(viewer, public, grant_scopes, in_thread).params()
+        params = {"scope_id": world.scope_id, **viewer_params}
         sql = {row[0]: (row[1], row[2]) for row in conn.execute(ALL_ROWS, params).fetchall()}
         assert len(sql) == len(world.messages)
+        if in_thread and public and viewer.id not in ctx.parent_readers:
+            # A thread membership under a left parent reads nothing.
+            seen["thread_member_without_parent"] += 1
+            assert set(sql.values()) <= {(None, None)}
         readable_ids = set()
         for message_id, seq, author_id, created_at in world.messages:
             twin = readable(ctx, viewer, author_id, seq, created_at)
@@ -392,6 +450,7 @@ def test_sql_predicate_and_twin_agree(conn: psycopg.Connection[Any]) -> None:
         "grant",
         "same_owner_private",
     }, seen
+    assert seen["thread_member_without_parent"] > 0, seen
 
 
 def test_grant_bounds_are_half_open(conn: psycopg.Connection[Any]) -> None:
@@ -447,3 +506,31 @@ def test_thread_uses_parent_grants_never_siblings(conn: psycopg.Connection[Any])
     (_, s1, a1, t1), (_, s2, a2, t2) = world.messages
     assert readable(ctx, agent, a1, s1, t1) is not None
     assert readable(ctx, agent, a2, s2, t2) is None
+
+
+def test_thread_membership_needs_the_parent(conn: psycopg.Connection[Any]) -> None:
+    """A poster who left the parent reads nothing of the thread, even with a thread
+    membership left open; re-joining the parent reads it through the parent."""
+    spec = Spec(
+        kinds=(("human", None), ("human", None), ("human", None)),
+        thread=True,
+        initial_joins=(True, True, True),
+        steps=(
+            ("msg", 1, 0),
+            ("msg", 1, 1),
+            ("parent_leave", 0, 1, "leave"),  # through the node: thread membership ends
+            ("parent_leave", 0, 2, "legacy"),  # a thread membership left open
+            ("msg", 1, 0),
+            ("parent_join", 0, 1),  # back in the parent: reads through it
+        ),
+        parent_joins=(1, 1, 1),
+    )
+    world = simulate(spec)
+    check_world(conn, world, Counter())
+    ctx = load_twin_context(conn, world)
+    rejoined, legacy = world.members[1], world.members[2]
+    assert [m.to_seq for m in ctx.intervals(rejoined.id)] == [3]
+    assert [m.to_seq for m in ctx.intervals(legacy.id)] == [None]
+    for _, seq, author, at in world.messages:
+        assert readable(ctx, legacy, author, seq, at) is None
+        assert readable(ctx, rejoined, author, seq, at) == Readable("parent_member")

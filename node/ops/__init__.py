@@ -1,6 +1,6 @@
 """Request handlers other than ``send``, by domain; each returns the reply's ``result``.
 
-``membership`` (channels, join/leave/invite, members, notification settings),
+``membership`` (channels, join/leave/invite/remove, members, notification settings),
 ``reading`` (history, resume, scopes, read state), ``grants``, ``delivery``
 (acks and redelivery), ``messages`` (the send path). Handlers see the session
 only through :class:`node.ops.context.Context`.
@@ -26,6 +26,7 @@ from protocol.frames import (
     MarkRead,
     Members,
     React,
+    Remove,
     RevokeGrant,
     Scopes,
     Search,
@@ -50,6 +51,8 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await membership.roster(ctx, request)
         case Invite():
             return await membership.invite(ctx, request)
+        case Remove():
+            return await membership.remove(ctx, request)
         case SetNotification():
             return await membership.set_notification(ctx, request)
         case MarkRead():

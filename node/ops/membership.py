@@ -1,4 +1,10 @@
-"""Membership: channels, join/leave/invite, the member list, notification settings."""
+"""Membership: channels, join/leave/invite/remove, the member list, notification settings.
+
+Who may change a roster is decided by :mod:`actors.policy` inside the scope's
+actor (serialised with its sends); these handlers only check that the scope
+and the member named exist in the caller's workspace (``not_found``
+otherwise) and that the request is well formed.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +12,27 @@ from typing import Any
 
 import trio
 
-from actors.model import MemberType, NotificationState
+from actors.model import Member, MemberType, NotificationState
 from actors.scope_actor import RosterCommand
 from node.ops.context import Context, member_of
-from node.ops.reading import viewer_for
+from node.ops.reading import scope_viewer
 from protocol.errors import ErrorCode, OperationError
-from protocol.frames import CreateChannel, Invite, Join, Leave, Members, SetNotification
+from protocol.frames import (
+    CreateChannel,
+    Invite,
+    Join,
+    Leave,
+    Members,
+    Remove,
+    SetNotification,
+)
 from storage import directory, scopes
 from storage.errors import UniqueViolation
 
 
 async def list_members(ctx: Context, request: Members) -> dict[str, Any]:
     member = member_of(ctx)
-    await viewer_for(ctx, request.scope_id)
+    _, info = await scope_viewer(ctx, request.scope_id)
     async with ctx.services.pool.connection() as conn:
         listing = await scopes.current_members(conn, request.scope_id)
     shown = []
@@ -35,7 +49,11 @@ async def list_members(ctx: Context, request: Members) -> dict[str, Any]:
         if row.visibility == "private":
             entry["ownerMemberId"] = row.owner_member_id
         shown.append(entry)
-    return {"members": shown}
+    result: dict[str, Any] = {"members": shown}
+    if info.channel_owner_id is not None:
+        # Additive: lets a client offer ``remove`` to the one member who may use it.
+        result["channelOwnerId"] = info.channel_owner_id
+    return result
 
 
 async def create_channel(ctx: Context, request: CreateChannel) -> dict[str, Any]:
@@ -81,40 +99,40 @@ def _noop(_: Any) -> None:
 
 async def roster(ctx: Context, request: Join | Leave) -> Any:
     member = member_of(ctx)
-    info = await ctx.services.resolver.scope(member, request.scope_id)
-    if isinstance(request, Join):
-        if info.type.value != "channel":
-            raise OperationError(ErrorCode.FORBIDDEN, "only channels can be joined")
-        if info.channel_visibility == "private" or member.is_private_agent:
-            raise OperationError(ErrorCode.FORBIDDEN, "this channel needs an invitation")
-        cmd = RosterCommand("join", member, member, _noop)
-    else:
-        cmd = RosterCommand("leave", member, member, _noop)
-    return await _submit_roster(ctx, request.scope_id, cmd)
+    await ctx.services.resolver.scope(member, request.scope_id)
+    op = "join" if isinstance(request, Join) else "leave"
+    return await _submit_roster(ctx, request.scope_id, RosterCommand(op, member, member, _noop))
+
+
+async def _workspace_member(ctx: Context, caller: Member, member_id: str) -> Member:
+    async with ctx.services.pool.connection() as conn:
+        found = await directory.get_member(conn, member_id)
+    if found is None or found.workspace_id != caller.workspace_id:
+        raise OperationError(ErrorCode.NOT_FOUND, "no such member", path="$.memberId")
+    return found
 
 
 async def invite(ctx: Context, request: Invite) -> Any:
     member = member_of(ctx)
     await ctx.services.resolver.scope(member, request.scope_id)
-    async with ctx.services.pool.connection() as conn:
-        invitee = await directory.get_member(conn, request.member_id)
-        rights = await scopes.read_rights(conn, request.scope_id, member.id)
-    if invitee is None or invitee.workspace_id != member.workspace_id:
-        raise OperationError(ErrorCode.NOT_FOUND, "no such member")
-    if not rights.current_public and not rights.current_private:
-        raise OperationError(ErrorCode.FORBIDDEN, "not a member of this scope")
+    invitee = await _workspace_member(ctx, member, request.member_id)
     visibility = request.visibility or ("private" if invitee.is_private_agent else "public")
-    if visibility == "private":
-        if not invitee.is_private_agent or invitee.owner_member_id != member.id:
-            raise OperationError(
-                ErrorCode.FORBIDDEN, "only its owner can add a private agent", path="$.memberId"
-            )
-    elif invitee.is_private_agent:
+    if invitee.is_private_agent and visibility != "private":
         raise OperationError(
             ErrorCode.VALIDATION_FAILED, "a private agent joins as private", path="$.visibility"
         )
     cmd = RosterCommand("invite", member, invitee, _noop, visibility=visibility)
     return await _submit_roster(ctx, request.scope_id, cmd)
+
+
+async def remove(ctx: Context, request: Remove) -> Any:
+    """End another member's membership: the channel's owner, or the owner of a private agent."""
+    member = member_of(ctx)
+    await ctx.services.resolver.scope(member, request.scope_id)
+    target = await _workspace_member(ctx, member, request.member_id)
+    return await _submit_roster(
+        ctx, request.scope_id, RosterCommand("remove", member, target, _noop)
+    )
 
 
 async def set_notification(ctx: Context, request: SetNotification) -> Any:
