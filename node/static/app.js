@@ -692,10 +692,19 @@ async function openMembers() {
   const body = $("panel-body");
   body.replaceChildren(el("p", { class: "muted" }, "Loading…"));
   try {
-    const { members } = await request("members", { scopeId });
+    const { members, channelOwnerId } = await request("members", { scopeId });
     if (state.panel?.kind !== "members" || state.panel.scopeId !== scopeId) return;
     const byId = new Map(members.map((m) => [m.id, m]));
     const list = el("ul", { class: "members" });
+    const me = state.me?.id;
+    // The node decides; the button is offered only where it would say yes:
+    // the channel's owner removes others, an owner removes its private agent.
+    const mayRemove = (member) =>
+      me &&
+      channelOwnerId &&
+      member.id !== channelOwnerId &&
+      ((me === channelOwnerId && member.id !== me) ||
+        (member.visibility === "private" && member.ownerMemberId === me));
     for (const member of members) {
       let note = null;
       if (member.visibility === "private") {
@@ -717,6 +726,17 @@ async function openMembers() {
           el("span", { class: "handle" }, "@" + member.handle),
           member.type && member.type !== "human" ? el("span", { class: "tag" }, member.type) : null,
           note,
+          mayRemove(member)
+            ? el(
+                "button",
+                {
+                  class: "link",
+                  title: "Remove from this channel",
+                  onclick: () => removeMember(scopeId, member),
+                },
+                "Remove",
+              )
+            : null,
         ),
       );
     }
@@ -727,6 +747,17 @@ async function openMembers() {
   } catch (err) {
     body.replaceChildren(el("p", { class: "error", role: "alert" }, describeError(err)));
   }
+}
+
+async function removeMember(scopeId, member) {
+  if (!confirm(`Remove @${member.handle} from this channel?`)) return;
+  try {
+    await request("remove", { scopeId, memberId: member.id });
+  } catch (err) {
+    $("panel-body").prepend(el("p", { class: "error", role: "alert" }, describeError(err)));
+    return;
+  }
+  if (state.panel?.kind === "members" && state.panel.scopeId === scopeId) openMembers();
 }
 
 function onMembership(frame) {
