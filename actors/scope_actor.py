@@ -443,6 +443,14 @@ class ScopeActor:
     # ------------------------------------------------------------ roster
 
     async def _process_roster(self, cmd: RosterCommand) -> bool:
+        current = self.state
+        assert current is not None
+        # A thread's roster also changes outside its actor (the parent's roster,
+        # and a leave of the parent ends thread memberships), as grants do for
+        # any scope: decide on a fresh snapshot then. Roster requests are rare.
+        if (self.stale or current.thread is not None) and not await self._reload():
+            cmd.reply(_unavailable("scope state could not be loaded; retry"))
+            return False
         state = self.state
         assert state is not None
         try:

@@ -182,6 +182,7 @@ async def test_hole_5_leaving_a_private_channel_ends_reading_its_threads(
             await a.request("leave", scopeId=channel)
             await refused(a.history(f"scope:{thread}"))
             await refused(a.send(f"scope:{thread}", "still here?"))
+            await refused(a.request("setNotification", scopeId=thread, state="mute"))
             assert ann.id not in await member_ids(o, thread)
 
             # No live event of the thread either: a later DM is the marker.
