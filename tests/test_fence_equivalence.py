@@ -45,9 +45,16 @@ CAST: tuple[tuple[str, MemberType, int | None, bool], ...] = (
     ("q", MemberType.AGENT, 1, True),
 )
 MEMBERS = st.integers(0, len(CAST) - 1)
+SEND = st.tuples(st.just("send"), st.sampled_from((0, 1)), MEMBERS, st.booleans())
 STEP = st.one_of(
-    st.tuples(st.just("send"), st.sampled_from((0, 1)), MEMBERS, st.booleans()),
+    # Sends weigh as much as every roster move together.
+    SEND,
+    SEND,
+    SEND,
+    SEND,
+    SEND,
     st.tuples(st.just("grant"), st.sampled_from((0, 1)), MEMBERS),
+    st.tuples(st.just("revoke"), st.integers(0, 7)),
     st.tuples(st.just("revoke"), st.integers(0, 7)),
     st.tuples(st.just("join"), MEMBERS),
     st.tuples(st.just("leave"), MEMBERS),
@@ -217,8 +224,10 @@ def test_fan_out_equals_the_predicate_while_another_node_moves_the_roster(
     tally = dict.fromkeys(("sent", "refused", "grants", "revokes", "leaves", "private_readers"), 0)
 
     @settings(
-        max_examples=30,
+        max_examples=60,
         deadline=None,
+        # A fixed sequence of worlds: the coverage checks below never flake.
+        derandomize=True,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
     @given(st.lists(STEP, min_size=4, max_size=14))
@@ -231,6 +240,6 @@ def test_fan_out_equals_the_predicate_while_another_node_moves_the_roster(
 
     agree()
     # The generator must reach the interesting cases, not only refusals.
-    assert tally["sent"] >= 30, tally
+    assert tally["sent"] >= 40, tally
     assert min(tally["grants"], tally["revokes"], tally["leaves"]) > 0, tally
     assert tally["private_readers"] > 0, tally
