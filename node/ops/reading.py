@@ -182,6 +182,8 @@ async def _grant_scopes(conn: TrioConnection, scope_id: str) -> tuple[str, ...]:
 
 async def mark_read(ctx: Context, request: MarkRead) -> dict[str, Any]:
     member = member_of(ctx)
+    # Another workspace's scope does not exist for this member.
+    await ctx.services.resolver.workspace_of(member, request.scope_id)
     async with ctx.services.pool.connection() as conn:
         last_read = await scopes.mark_read(conn, request.scope_id, member.id, request.seq)
     if last_read is None:
