@@ -68,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scopenode bench", description=__doc__.split("\n\n")[0])
     p.add_argument("workload", choices=WORKLOADS)
     g = p.add_argument_group("target")
-    g.add_argument("--url", help="ws://HOST:PORT of a running node (default: start one)")
+    g.add_argument(
+        "--url",
+        help="ws://HOST:PORT of a running node, which keeps its own rate limits "
+        "(default: start one, with raised limits)",
+    )
     g.add_argument("--data-dir", help="node data dir for admin commands (with --url)")
     g.add_argument("--database-url", help="PostgreSQL URL (node, admin and baseline a)")
     g.add_argument("--node-pid", type=int, help="pid of the --url node (CPU and RSS figures)")
