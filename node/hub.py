@@ -12,10 +12,12 @@ cross-node notifications, which call the same methods):
   listener (``node/revocation.py``) calls it.
 - :meth:`Hub.stop_scope_events` (``scope_id``, ``member_id``): from now on
   that member's sessions on this node drop ``message`` events and wakes of the
-  scope, including live events held back while a resume is served. Call it
-  after a remove (or leave) has committed. It lasts until
-  :meth:`Hub.allow_scope_events`, which ``publish_membership`` calls itself for
-  ``joined``/``invited`` of that member, or until the session ends.
+  scope, including live events held back while a resume is served. It lasts
+  until :meth:`Hub.allow_scope_events`, which ``publish_membership`` calls
+  itself for ``joined``/``invited`` of that member, or until the session ends.
+  A leave or remove through the scope's actor needs no call (the roster fence
+  keeps the member out of every later plan); the hook is for removals relayed
+  from other nodes, whose relay must carry joins and invites as well.
 """
 
 from __future__ import annotations
