@@ -442,13 +442,28 @@ class ScopeActor:
 
     # ------------------------------------------------------------ roster
 
+    async def _fresh_for_roster(self, current: ScopeState) -> bool:
+        """Reload unless the cached roster is the database's; False if loading failed."""
+        if not self.stale and current.thread is None:
+            try:
+                generation = await self._store.roster_generation(self.scope_id)
+            except Exception as exc:
+                if isinstance(exc, trio.Cancelled):
+                    raise
+                log.warning("scope_generation_read_failed", error=repr(exc))
+                return False
+            if generation == current.roster_generation:
+                return True
+        return await self._reload()
+
     async def _process_roster(self, cmd: RosterCommand) -> bool:
         current = self.state
         assert current is not None
         # A thread's roster also changes outside its actor (the parent's roster,
-        # and a leave of the parent ends thread memberships), as grants do for
-        # any scope: decide on a fresh snapshot then. Roster requests are rare.
-        if (self.stale or current.thread is not None) and not await self._reload():
+        # and a leave of the parent ends thread memberships), and any scope's
+        # roster changes on other nodes: decide on a fresh snapshot whenever
+        # the cache may be behind. Roster requests are rare; one read checks.
+        if not await self._fresh_for_roster(current):
             cmd.reply(_unavailable("scope state could not be loaded; retry"))
             return False
         state = self.state

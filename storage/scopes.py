@@ -232,6 +232,15 @@ async def get_scope(conn: TrioConnection, scope_id: str) -> ScopeInfo | None:
     return _scope_from_row(row) if row else None
 
 
+async def roster_generation(conn: TrioConnection, scope_id: str) -> int:
+    with map_errors():
+        cur = await conn.execute(SELECT_GENERATION, (scope_id,))
+        row = await cur.fetchone()
+    if row is None:
+        raise ScopeMissing(scope_id)
+    return int(row[0])
+
+
 async def channel_by_slug(conn: TrioConnection, workspace_id: str, slug: str) -> str | None:
     with map_errors():
         cur = await conn.execute(SELECT_CHANNEL_BY_SLUG, (workspace_id, slug))

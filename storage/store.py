@@ -22,6 +22,10 @@ class PgScopeStore:
         async with self._pool.connection() as conn:
             return await scopes.load_snapshot(conn, scope_id, recent=RECENT_TAIL)
 
+    async def roster_generation(self, scope_id: str) -> int:
+        async with self._pool.connection() as conn:
+            return await scopes.roster_generation(conn, scope_id)
+
     async def find_idempotent(
         self, scope_id: str, author_id: str, client_message_id: str
     ) -> IdempotencyRecord | None:

@@ -255,3 +255,31 @@ async def test_a_stale_generation_misses_the_fence_alone_and_in_a_group(
                 "SELECT scope_id, count(*) FROM scope_messages GROUP BY scope_id"
             )
             assert dict(await cur.fetchall()) == {scope_ids[1]: 1}
+
+
+async def test_a_roster_request_is_decided_on_the_database_roster(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Bob leaves through node B, then joins through node A, whose warm actor
+    still lists him: the join must be written, not answered from the cache."""
+    async with (
+        running_node(database_url, tmp_path / "a") as node_a,
+        running_node(database_url, tmp_path / "b") as node_b,
+    ):
+        world_a = await World.create(node_a)
+        world_b = World(node_b, world_a.workspace_id)
+        ann = await world_a.member("ann")
+        bob = await world_a.member("bob")
+        async with (
+            world_a.client(ann) as a,
+            world_a.client(bob) as bob_a,
+            world_b.client(bob) as bob_b,
+        ):
+            scope_id = await make_channel(a, "c", bob_a)
+            await a.send("#c", "warm")
+            await bob_b.request("leave", scopeId=scope_id)
+            await bob_a.request("join", scopeId=scope_id)
+            members = await a.request("members", scopeId=scope_id)
+            assert bob.id in {m["id"] for m in members["members"]}
+            history = await bob_a.history("#c")
+            assert history["scopeId"] == scope_id
