@@ -24,7 +24,6 @@ from protocol.frames import Deliver, MessageEvent
 from storage import messages, outbox, scopes
 from storage.outbox import LeasedRow
 from storage.pg import Pool, TrioConnection
-from storage.visibility import Viewer
 
 log = structlog.get_logger(__name__)
 
@@ -154,16 +153,16 @@ class OutboxWorker:
         """A realtime row never marked delivered: push to connected readers, no unread rebuild."""
         assert row.message_id is not None
         message = await messages.get_message(conn, row.message_id)
-        if message is not None:
+        info = await scopes.get_scope(conn, row.scope_id) if message is not None else None
+        if message is not None and info is not None:
             for listing in await scopes.current_members(conn, row.scope_id):
                 sessions = self._hub.sessions_of(listing.member.id)
                 if not sessions:
                     continue
-                viewer = Viewer(
-                    listing.member,
-                    listing.visibility == "public" and not listing.member.is_private_agent,
-                    (row.scope_id,),
-                )
+                # The same read rights as history: parent grants and the thread rule.
+                viewer = await scopes.viewer_for(conn, info, listing.member)
+                if viewer is None:
+                    continue
                 page = await messages.page(
                     conn,
                     row.scope_id,
