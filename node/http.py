@@ -36,7 +36,7 @@ async def respond(services: Services, request: h11.Request) -> tuple[int, str, b
     name = "index.html" if path in ("/", "/index.html") else path.lstrip("/")
     if "/" in name or name.startswith("."):
         return 404, "text/plain", b"not found\n"
-    asset = resources.files("node").joinpath("static", name)
+    asset = resources.files("node").joinpath("web", name)
     if not asset.is_file():
         return 404, "text/plain", b"not found\n"
     suffix = name[name.rfind(".") :]
