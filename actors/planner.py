@@ -64,8 +64,9 @@ class ScopeContext:
 class MembershipMutation:
     """A membership (and its notification setting) the send writes, from ``plan.seq`` on.
 
-    ``reason``: ``thread_poster`` (posting in a thread makes the poster a member)
-    or the admission reason of a private agent (seed 000 §5.2).
+    ``reason``: ``thread_poster`` (posting in a thread makes the poster a member),
+    ``root_author`` (the root's author joins on the first reply it did not write),
+    or the admission reason of a private agent (docs/design.md#thread-admission).
     """
 
     member: Member
@@ -199,6 +200,22 @@ def thread_mutations(
             )
             admissions.append((author.id, True, "thread_poster"))
     root_author = thread.root_author
+    if (
+        root_author is not None
+        and root_author.id != author.id
+        and not root_author.is_private_agent
+        and root_author.id in vis.parent_readers
+        and not is_member(root_author.id)
+    ):
+        # The root's author is told of replies: as a thread member it gets the
+        # thread in ``scopes`` with the reply unread (design.md#thread-root-author).
+        # A private agent root author is admitted below instead.
+        mutations.append(
+            MembershipMutation(
+                root_author, "public", None, NotificationState.ACTIVE, "root_author", False
+            )
+        )
+        admissions.append((root_author.id, True, "root_author"))
     for member_id, intervals in thread.parent.memberships.items():
         agent = thread.parent.members.get(member_id)
         if (

@@ -3,9 +3,9 @@
 Targets ``#slug:<rootMessageId>`` name the reply thread of a root message of
 the channel, created on first use. Posting makes the poster a thread member;
 current public members of the parent read the thread without a membership row
-(SPEC §7.2). A private agent P of owner O enters a thread only by admission
-(seed 000 §5.2): it must already be a private member of the parent, and then
-a live mention in the root by someone with authority (parent grants), a live
+(docs/design.md#threads). A private agent P of owner O enters a thread only
+by admission (docs/design.md#thread-admission): it must already be a private
+member of the parent, and then a live mention in the root by someone with authority (parent grants), a live
 mention in a thread message by someone with authority (thread ∪ parent grants,
 never a sibling thread's), authorship of the root, or an authorised explicit
 recipient admits it — and nothing else: no other private peer, no other scope.
@@ -77,14 +77,18 @@ async def test_thread_creation_posting_and_parent_readers(
                 await x.send(target, "let me in")
             assert forbidden.value.code == "forbidden"
 
-            # The first send creates the thread; the poster becomes a member.
+            # The first send creates the thread; the poster becomes a member, and
+            # so does the root's author, with the reply unread.
             first = await h.send(target, "first reply")
             assert first["state"] == "sent"
             thread = first["targetKey"]
             assert thread.startswith("scp_")
             assert thread != channel
             assert first["acceptedSeq"] == 1  # the thread's own seqs
-            assert set(await thread_members(o, thread)) == {human.id}
+            assert set(await thread_members(o, thread)) == {human.id, owner.id}
+            owner_scopes = {s["id"]: s for s in (await o.request("scopes"))["scopes"]}
+            assert owner_scopes[thread]["unread"] == 1
+            assert owner_scopes[thread]["lastReadSeq"] == 0
 
             # A public member of the parent reads the thread live and in history,
             # with the root as context; it is not made a member by reading.
@@ -99,12 +103,12 @@ async def test_thread_creation_posting_and_parent_readers(
             assert history["root"]["id"] == root["messageId"]
             assert history["root"]["content"] == "root message"
             assert history["root"]["scopeId"] == channel
-            assert set(await thread_members(r, thread)) == {human.id}
+            assert set(await thread_members(r, thread)) == {human.id, owner.id}
 
             # It may post there (by target or by scope id), and then is a member.
             second = await r.send(f"scope:{thread}", "second reply")
             assert second["acceptedSeq"] == 2
-            assert set(await thread_members(h, thread)) == {human.id, reader.id}
+            assert set(await thread_members(h, thread)) == {human.id, reader.id, owner.id}
             scopes = {s["id"]: s for s in (await r.request("scopes"))["scopes"]}
             assert scopes[thread]["type"] == "thread"
             assert scopes[thread]["latestSeq"] == 2
@@ -116,7 +120,7 @@ async def test_thread_creation_posting_and_parent_readers(
             assert (await o.history(target))["latestSeq"] == 2
             assert scopes[channel]["latestSeq"] == 1
 
-            # Leaving the parent ends reading the thread for a non-member.
+            # Leaving the parent ends reading the thread, thread member or not.
             await o.request("leave", scopeId=channel)
             with pytest.raises(ClientError) as gone:
                 await o.history(f"scope:{thread}")
@@ -155,10 +159,10 @@ async def test_private_agent_thread_admission(database_url: str, tmp_path: Path)
             assert outside.id not in admissions(reply)  # unknown to the thread: never a candidate
             assert peer.id not in admissions(reply)
             listed = await thread_members(o, thread1)
-            assert set(listed) == {human.id, agent.id}
+            assert set(listed) == {human.id, agent.id, owner.id}  # O wrote the root
             assert listed[agent.id]["visibility"] == "private"
             assert listed[agent.id]["ownerMemberId"] == owner.id
-            assert set(await thread_members(h, thread1)) == {human.id}  # P is private
+            assert set(await thread_members(h, thread1)) == {human.id, owner.id}  # P is private
             again = await o.send(f"scope:{thread1}", "@z you too", explain=True)
             assert admissions(again).get(outside.id, (False, ""))[0] is False
             assert outside.id not in await thread_members(o, thread1)
