@@ -50,6 +50,21 @@ class CommittedSend:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadActivity:
+    """A thread after a committed send, as its parent's readers learn of it
+    (``threadUpdated``, docs/design.md#thread-summary)."""
+
+    parent_scope_id: str
+    root_message_id: str
+    thread_scope_id: str
+    reply_count: int
+    last_reply_at: datetime
+    participants: tuple[str, ...]
+    # Who reads the replies, private agents left out (they get no summaries).
+    audience: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class RosterChange:
     """A roster write and the scope's ``roster_generation`` right after it."""
 
@@ -99,3 +114,6 @@ class Publisher(Protocol):
         self, scope_id: str, member_id: str, op: str, visibility: str, audience: frozenset[str]
     ) -> None:
         """Tell current readers about a roster change. Must not block or raise."""
+
+    def publish_thread(self, activity: ThreadActivity) -> None:
+        """Tell the parent's readers a thread grew. Must not block or raise."""

@@ -419,6 +419,9 @@ class ScopeActor:
                 cmd.reply(result)
             if published:
                 self._publisher.publish_messages(self.scope_id, published)
+                activity = state.thread_activity(published)
+                if activity is not None:
+                    self._publisher.publish_thread(activity)
         if published:
             self._after_commit(state, published)
         return True
@@ -542,7 +545,8 @@ class ScopeActor:
         so the one leaving hears it too)."""
         audience = state.current_readers() | state.parent_readers | {member_id}
         if visibility == "private":
-            # Private members are shown only to viewers allowed to see them (R-04):
+            # Private members are shown only to viewers allowed to see them
+            # (docs/design.md#private-agents):
             # the member itself and its owner.
             member = state.members[member_id]
             audience = audience & {member_id, member.owner_member_id or ""}

@@ -31,6 +31,7 @@ from actors.model import (
 )
 from actors.planner import MessageIntent, MessagePlan, ScopeContext, plan_message
 from actors.policy import ThreadFacts, can_post, thread_admission
+from actors.ports import CommittedSend, ThreadActivity
 from actors.send_rules import CHUNK_SUFFIX, recipient_authority_error
 from actors.visibility import VisibilityContext, readable
 from protocol.errors import ErrorCode, OperationError
@@ -38,6 +39,7 @@ from protocol.frames import FreshnessIn, SendResult
 
 IDEMPOTENCY_WINDOW = 4096
 RECENT_TAIL = 512
+THREAD_PARTICIPANTS = 3  # as many as storage.messages.THREAD_PARTICIPANTS
 PRIVATE_GAP_BUDGET = 200
 # Content longer than this (characters) is split into several rows, one
 # logical send (seed 002 §3.9). The node's ``Settings.row_limit`` overrides it.
@@ -217,6 +219,34 @@ class ScopeState:
         if self.recent and self.recent[-1][2] > self._grant_floor:
             return self.recent[-1][2]
         return self._grant_floor
+
+    def thread_activity(
+        self, published: list[tuple[MessagePlan, CommittedSend]]
+    ) -> ThreadActivity | None:
+        """A thread's summary after ``published`` committed, for ``threadUpdated``;
+        None outside threads. Participants come from the cached tail, newest first."""
+        if self.thread is None or self.scope.root_message_id is None or not published:
+            return None
+        participants: list[str] = []
+        for _, author_id, _ in reversed(self.recent):
+            if author_id not in participants:
+                participants.append(author_id)
+                if len(participants) == THREAD_PARTICIPANTS:
+                    break
+        readers = frozenset().union(*(plan.readers for plan, _ in published))
+        audience = frozenset(
+            r for r in readers if (m := self.members.get(r)) is not None and not m.is_private_agent
+        )
+        last = published[-1][1]
+        return ThreadActivity(
+            parent_scope_id=self.thread.parent_scope_id,
+            root_message_id=self.scope.root_message_id,
+            thread_scope_id=self.scope.id,
+            reply_count=last.seq,
+            last_reply_at=last.created_at,
+            participants=tuple(participants),
+            audience=audience,
+        )
 
     def current_readers(self) -> frozenset[str]:
         return frozenset(

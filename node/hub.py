@@ -30,13 +30,19 @@ from typing import Protocol
 import structlog
 
 from actors.planner import MessagePlan
-from actors.ports import CommittedSend
+from actors.ports import CommittedSend, ThreadActivity
 from node.outbound import coalesced_writes
-from node.views import committed_message_view, without_recipients
+from node.views import committed_message_view, rfc3339, without_recipients
 from node.wsframe import frame
 from protocol.codec import encode
 from protocol.errors import CloseCode
-from protocol.frames import Deliver, MembershipEvent, MessageEvent
+from protocol.frames import (
+    Deliver,
+    MembershipEvent,
+    MessageEvent,
+    ThreadSummary,
+    ThreadUpdatedEvent,
+)
 
 log = structlog.get_logger(__name__)
 REVOKED_REMEMBERED = 10_000
@@ -196,6 +202,27 @@ class Hub:
         for session, wake in wakes:
             session.push_frame(wake)
         self._on_delivered(delivered)
+
+    def publish_thread(self, activity: ThreadActivity) -> None:
+        """``threadUpdated`` to the thread's readers (the parent's public readers
+        and its members), so a client updates the root's "N replies"."""
+        scope_id = activity.parent_scope_id
+        payload = encode(
+            ThreadUpdatedEvent(
+                scope_id=scope_id,
+                root_message_id=activity.root_message_id,
+                thread=ThreadSummary(
+                    scope_id=activity.thread_scope_id,
+                    reply_count=activity.reply_count,
+                    last_reply_at=rfc3339(activity.last_reply_at),
+                    participants=list(activity.participants),
+                ),
+            )
+        )
+        for reader in activity.audience:
+            for session in self._sessions.get(reader, ()):
+                if not session.is_muted(scope_id):
+                    session.push(payload)
 
     def publish_membership(
         self, scope_id: str, member_id: str, op: str, visibility: str, audience: frozenset[str]

@@ -178,6 +178,18 @@ class RevokeGrant(_Frame, tag="revokeGrant"):
     grant_id: Identifier
 
 
+class Channels(_Frame, tag="channels"):
+    """The workspace's channels the caller may see, for a channel browser."""
+
+    id: RequestId
+
+
+class People(_Frame, tag="people"):
+    """The workspace's members the caller may see, for DMs and mentions."""
+
+    id: RequestId
+
+
 ClientFrame = (
     Hello
     | Ping
@@ -198,6 +210,8 @@ ClientFrame = (
     | SetNotification
     | Grant
     | RevokeGrant
+    | Channels
+    | People
 )
 Request = (
     Send
@@ -216,6 +230,8 @@ Request = (
     | SetNotification
     | Grant
     | RevokeGrant
+    | Channels
+    | People
 )
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__
@@ -252,6 +268,43 @@ class MessageView(Struct, rename="camel", kw_only=True):
     sources: list[dict[str, Any]] = []
     attachments: list[dict[str, Any]] = []
     mentions: list[str] = []
+
+
+class ThreadSummary(Struct, rename="camel", kw_only=True):
+    """A root message's reply thread, carried as ``thread`` on the root (additive).
+
+    ``replyCount`` is the thread's latest seq (a chunked send counts each row);
+    ``participants`` are the most recent distinct authors, newest first.
+    """
+
+    scope_id: str
+    reply_count: int
+    last_reply_at: str
+    participants: list[str]
+
+
+class ChannelEntry(Struct, rename="camel", kw_only=True):
+    """One channel of a ``channels`` reply."""
+
+    id: str
+    slug: str
+    name: str
+    description: str
+    visibility: Visibility
+    # Current public members: private memberships are never counted.
+    member_count: int
+    joined: bool
+
+
+class PersonEntry(Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """One member of a ``people`` reply."""
+
+    id: str
+    handle: str
+    display_name: str
+    type: str
+    # Set for private agents only (shown to their owner alone).
+    owner_member_id: str | None = None
 
 
 class Welcome(_Frame, tag="welcome"):
@@ -295,7 +348,7 @@ class Deliver(_Frame, tag="deliver"):
 class ResumeState(Struct, rename="camel", kw_only=True):
     latest_seq: int
     has_more: bool
-    # Where to continue with ``history(afterSeq=…)`` (additive to PROTOCOL.md).
+    # Where to continue with ``history(afterSeq=…)`` (additive).
     covers_through_seq: int | None = None
 
 
@@ -321,6 +374,14 @@ class ReactionEvent(_Frame, tag="reaction"):
     member_id: str
     emoji: str
     op: Literal["add", "remove"]
+
+
+class ThreadUpdatedEvent(_Frame, tag="threadUpdated"):
+    """A reply landed in the thread of ``rootMessageId``, a message of ``scopeId`` (the parent)."""
+
+    scope_id: str
+    root_message_id: str
+    thread: ThreadSummary
 
 
 class InvalidateEvent(_Frame, tag="invalidate"):

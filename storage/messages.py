@@ -6,6 +6,7 @@ Every row passes the readable predicate of ``storage/visibility.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from actors.model import IdempotencyRecord, StoredMessage
@@ -178,3 +179,40 @@ async def readable_message(
     if row is None or row[15] is None:
         return None
     return ReadableMessage(message_from_row(row), row[15], row[16])
+
+
+# Reply threads of the given roots: the thread's latest seq is its reply count,
+# and its participants are the most recent distinct authors. Threads whose first
+# send never committed (latest_seq 0) have no summary.
+THREAD_SUMMARIES = """
+SELECT t.root_message_id, t.id, t.latest_seq, t.latest_message_at,
+       ARRAY(SELECT a.author_member_id FROM (
+                SELECT x.author_member_id, max(x.seq) AS last_seq FROM scope_messages x
+                WHERE x.scope_id = t.id GROUP BY x.author_member_id
+             ) a ORDER BY a.last_seq DESC LIMIT %(participants)s)
+FROM scopes t
+WHERE t.parent_scope_id = %(scope_id)s AND t.type = 'thread'
+  AND t.root_message_id = ANY(%(roots)s) AND t.latest_seq > 0
+"""
+THREAD_PARTICIPANTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStats:
+    scope_id: str
+    reply_count: int
+    last_reply_at: datetime
+    participants: tuple[str, ...]
+
+
+async def thread_summaries(
+    conn: TrioConnection, scope_id: str, root_ids: list[str]
+) -> dict[str, ThreadStats]:
+    """Root message id → its thread's summary, for the roots that have replies."""
+    if not root_ids:
+        return {}
+    params = {"scope_id": scope_id, "roots": root_ids, "participants": THREAD_PARTICIPANTS}
+    with map_errors():
+        cur = await conn.execute(THREAD_SUMMARIES, params)
+        rows = await cur.fetchall()
+    return {row[0]: ThreadStats(row[1], row[2], row[3], tuple(row[4])) for row in rows}

@@ -563,3 +563,72 @@ async def viewer_for(conn: TrioConnection, info: ScopeInfo, member: Member) -> V
         return None
     grant_scopes = (info.id,) + ((info.parent_scope_id,) if info.parent_scope_id else ())
     return Viewer(member, public, grant_scopes, in_thread)
+
+
+# The channel browser: public channels of the workspace, and private ones only
+# where the viewer holds a current membership. Member counts are of current
+# public memberships: a private agent's membership is never revealed.
+SELECT_CHANNELS = """
+SELECT s.id, p.slug, p.display_name, p.description, p.visibility,
+       (SELECT count(*) FROM scope_memberships c
+        WHERE c.scope_id = s.id AND c.effective_to_seq IS NULL AND c.visibility = 'public'),
+       EXISTS (SELECT 1 FROM scope_memberships j
+               WHERE j.scope_id = s.id AND j.member_id = %(member_id)s
+                 AND j.effective_to_seq IS NULL)
+FROM scope_channel_profiles p
+JOIN scopes s ON s.id = p.scope_id
+WHERE p.workspace_id = %(workspace_id)s AND s.type = 'channel'
+  AND (p.visibility = 'public' OR EXISTS (
+        SELECT 1 FROM scope_memberships v
+        WHERE v.scope_id = s.id AND v.member_id = %(member_id)s
+          AND v.effective_to_seq IS NULL))
+ORDER BY p.slug
+"""
+# Members of the workspace a viewer may name: humans, public agents and service
+# members; a private agent only to its owner (and to itself).
+SELECT_PEOPLE = """
+SELECT mem.id, mem.handle, mem.display_name, mem.type, mem.owner_member_id, mem.is_private
+FROM members mem
+WHERE mem.workspace_id = %(workspace_id)s AND mem.status = 'active'
+  AND (NOT mem.is_private OR mem.owner_member_id = %(member_id)s OR mem.id = %(member_id)s)
+ORDER BY mem.handle
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class BrowsedChannel:
+    id: str
+    slug: str
+    name: str
+    description: str
+    visibility: str
+    member_count: int
+    joined: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PersonListing:
+    id: str
+    handle: str
+    display_name: str
+    type: str
+    owner_member_id: str | None
+    private: bool
+
+
+async def channels_for(conn: TrioConnection, viewer: Member) -> list[BrowsedChannel]:
+    """Channels of the viewer's workspace it may see, by slug."""
+    keys = {"workspace_id": viewer.workspace_id, "member_id": viewer.id}
+    with map_errors():
+        cur = await conn.execute(SELECT_CHANNELS, keys)
+        rows = await cur.fetchall()
+    return [BrowsedChannel(*row) for row in rows]
+
+
+async def people_for(conn: TrioConnection, viewer: Member) -> list[PersonListing]:
+    """Active members of the viewer's workspace it may see, by handle."""
+    keys = {"workspace_id": viewer.workspace_id, "member_id": viewer.id}
+    with map_errors():
+        cur = await conn.execute(SELECT_PEOPLE, keys)
+        rows = await cur.fetchall()
+    return [PersonListing(*row) for row in rows]

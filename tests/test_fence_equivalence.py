@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from actors.model import Member, MemberType, NotificationState
 from actors.planner import MessagePlan
-from actors.ports import CommittedSend
+from actors.ports import CommittedSend, ThreadActivity
 from actors.scope_actor import ScopeActor
 from actors.scope_state import SendCommand
 from node.database import autocommit
@@ -82,6 +82,9 @@ class RecordingPublisher:
     def publish_membership(
         self, scope_id: str, member_id: str, op: str, visibility: str, audience: frozenset[str]
     ) -> None:
+        pass
+
+    def publish_thread(self, activity: ThreadActivity) -> None:
         pass
 
 

@@ -1,6 +1,7 @@
 """Request handlers other than ``send``, by domain; each returns the reply's ``result``.
 
-``membership`` (channels, join/leave/invite/remove, members, notification settings),
+``membership`` (channels and the channel browser, join/leave/invite/remove, members,
+people, notification settings),
 ``reading`` (history, resume, scopes, read state), ``grants``, ``delivery``
 (acks and redelivery), ``messages`` (the send path). Handlers see the session
 only through :class:`node.ops.context.Context`.
@@ -17,6 +18,7 @@ from node.ops.reading import resume
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import (
     Ack,
+    Channels,
     CreateChannel,
     Grant,
     History,
@@ -25,6 +27,7 @@ from protocol.frames import (
     Leave,
     MarkRead,
     Members,
+    People,
     React,
     Remove,
     RevokeGrant,
@@ -45,6 +48,10 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await reading.list_scopes(ctx)
         case Members():
             return await membership.list_members(ctx, request)
+        case Channels():
+            return await membership.list_channels(ctx)
+        case People():
+            return await membership.list_people(ctx)
         case CreateChannel():
             return await membership.create_channel(ctx, request)
         case Join() | Leave():

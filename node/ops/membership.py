@@ -1,4 +1,4 @@
-"""Membership: channels, join/leave/invite/remove, the member list, notification settings.
+"""Membership: channels, join/leave/invite/remove, member and people lists, notifications.
 
 Who may change a roster is decided by :mod:`actors.policy` inside the scope's
 actor (serialised with its sends); these handlers only check that the scope
@@ -18,13 +18,16 @@ from node.ops.context import Context, member_of
 from node.ops.reading import scope_viewer
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import (
+    ChannelEntry,
     CreateChannel,
     Invite,
     Join,
     Leave,
     Members,
+    PersonEntry,
     Remove,
     SetNotification,
+    to_builtins,
 )
 from storage import directory, scopes
 from storage.errors import UniqueViolation
@@ -147,3 +150,41 @@ async def set_notification(ctx: Context, request: SetNotification) -> Any:
         )
     cmd = RosterCommand("setNotification", member, member, _noop, state=state)
     return await _submit_roster(ctx, request.scope_id, cmd)
+
+
+async def list_channels(ctx: Context) -> dict[str, Any]:
+    """The channel browser: public channels, and private ones the caller is in."""
+    member = member_of(ctx)
+    async with ctx.services.pool.connection() as conn:
+        listing = await scopes.channels_for(conn, member)
+    channels = [
+        ChannelEntry(
+            id=c.id,
+            slug=c.slug,
+            name=c.name,
+            description=c.description,
+            visibility="private" if c.visibility == "private" else "public",
+            member_count=c.member_count,
+            joined=c.joined,
+        )
+        for c in listing
+    ]
+    return {"channels": to_builtins(channels)}
+
+
+async def list_people(ctx: Context) -> dict[str, Any]:
+    """Members the caller may name (DMs, mentions): private agents only to their owner."""
+    member = member_of(ctx)
+    async with ctx.services.pool.connection() as conn:
+        listing = await scopes.people_for(conn, member)
+    people = [
+        PersonEntry(
+            id=p.id,
+            handle=p.handle,
+            display_name=p.display_name,
+            type=p.type,
+            owner_member_id=p.owner_member_id if p.private else None,
+        )
+        for p in listing
+    ]
+    return {"people": to_builtins(people)}

@@ -9,7 +9,7 @@ import trio
 
 from actors.model import ScopeInfo, ScopeType
 from node.ops.context import Context, member_of, push_to_others
-from node.views import stored_message_view
+from node.views import rfc3339, stored_message_view
 from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import (
@@ -19,6 +19,7 @@ from protocol.frames import (
     ReadStateEvent,
     Resumed,
     ResumeState,
+    ThreadSummary,
     to_builtins,
 )
 from storage import messages, read_state, scopes
@@ -90,11 +91,14 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
         covers = min(request.before_seq - 1, latest)
     else:
         covers = latest
+    shown = [to_builtins(stored_message_view(r.message, member.id)) for r in page.messages]
+    if info.type is ScopeType.CHANNEL and shown and not member.is_private_agent:
+        await _with_threads(ctx, scope_id, shown)
     result = {
         "scopeId": scope_id,
         "targetKey": scope_id,
         "latestSeq": latest,
-        "messages": [to_builtins(stored_message_view(r.message, member.id)) for r in page.messages],
+        "messages": shown,
         "coversThroughSeq": max(covers, 0),
         "hasMore": page.has_more,
         "candidateBudgetExhausted": page.candidate_budget_exhausted,
@@ -106,6 +110,29 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
         # Context only: the root lives in the parent and never moves the thread's seqs.
         result["root"] = await thread_root(ctx, info)
     return result
+
+
+async def _with_threads(ctx: Context, scope_id: str, shown: list[dict[str, Any]]) -> None:
+    """Carry ``thread`` on each root that has replies (docs/design.md#thread-summary).
+
+    Private agents get none: a thread's count and participants would tell them
+    of replies they may not read.
+    """
+    async with ctx.services.pool.connection() as conn:
+        stats = await messages.thread_summaries(conn, scope_id, [m["id"] for m in shown])
+    for message in shown:
+        found = stats.get(message["id"])
+        if found is not None:
+            message["thread"] = to_builtins(thread_summary(found))
+
+
+def thread_summary(stats: messages.ThreadStats) -> ThreadSummary:
+    return ThreadSummary(
+        scope_id=stats.scope_id,
+        reply_count=stats.reply_count,
+        last_reply_at=rfc3339(stats.last_reply_at),
+        participants=list(stats.participants),
+    )
 
 
 async def resume(ctx: Context, resume_from: dict[str, int]) -> dict[str, int]:
@@ -150,7 +177,8 @@ async def list_scopes(ctx: Context) -> dict[str, Any]:
     async with ctx.services.pool.connection() as conn:
         summaries = await scopes.scopes_of_member(conn, member.id)
         if member.is_private_agent:
-            # A private agent's unread counts only what it may read (R-17).
+            # A private agent's unread counts only what it may read
+            # (docs/design.md#private-agents).
             counted = []
             for s in summaries:
                 viewer = Viewer(member, False, await _grant_scopes(conn, s.id))
