@@ -28,7 +28,7 @@ def reply(frame: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class FakeNode:
-    """Just enough of PROTOCOL.md v1 to exercise the client.
+    """Just enough of the v1 protocol (docs/protocol.md) to exercise the client.
 
     Ops: any unknown op echoes its frame as the result; ``fail`` answers
     ``error``; ``burst`` answers with a reply and two events coalesced in one

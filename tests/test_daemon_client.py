@@ -1,4 +1,4 @@
-"""The daemon layer of node.client (SPEC R-29, seed 002 §2.4-2.5, §3.5-3.9; issue 4: 2).
+"""The daemon layer of node.client: frontier, deliveries, fresh sends, the reply helper.
 
 Unit tests of the pure :class:`Frontier`, of :class:`DaemonClient` over a
 scripted fake session, then end to end against a real node.
@@ -17,15 +17,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from actors import scope_state
 from actors.model import MemberType
+from actors.scope_actor import ChunkedSend
+from actors.scope_state import SendCommand
+from actors.send_rules import client_message_id_error
 from node.client import (
+    REPLY_ATTEMPTS,
     Client,
     ClientError,
     ConnectionClosed,
     DaemonClient,
     Delivery,
     Frontier,
+    ReplyNotSent,
     chunk_client_message_id,
+    join_chunks,
     open_daemon,
 )
 from node.outbox_worker import WorkerSettings
@@ -232,37 +239,129 @@ def test_a_malformed_deliver_is_not_a_delivery() -> None:
         Delivery.from_event({"type": "deliver", "deliveryId": "d", "targetKey": "k"})
 
 
-async def test_chunked_send_seen_up_to_seq_follows_the_accepted_rows() -> None:
-    def sent(state: str, seq: int) -> dict[str, Any]:
-        return {"state": state, "targetKey": "k", "messageId": f"m{seq}", "acceptedSeq": seq,
-                "latestSeq": seq}  # fmt: skip
+def test_chunk_ids_are_the_nodes_and_reserved_for_it() -> None:
+    assert chunk_client_message_id("L", 2) == scope_state.chunk_client_message_id("L", 2) == "L#2"
+    # A client never sends a row id itself: the node splits long content.
+    assert client_message_id_error(chunk_client_message_id("L", 0)) is not None
 
-    held = {"state": "held", "targetKey": "k", "seenUpToSeq": 5, "latestSeq": 7,
-            "needsRefreshUntilSeq": 7}  # fmt: skip
-    session = FakeSession([], [sent("sent", 4), sent("sent", 5), held])
+
+def test_join_chunks_merges_rows_around_an_interloper() -> None:
+    def row(seq: int, index: int, content: str) -> dict[str, Any]:
+        return {"id": f"m{seq}", "seq": seq, "author": {"memberId": "a"}, "content": content,
+                "metadata": {"chunk": {"index": index, "count": 3, "clientMessageId": "L"}}}  # fmt: skip
+
+    other = {"id": "m2", "seq": 2, "author": {"memberId": "h"}, "content": "hi", "metadata": {}}
+    merged = join_chunks([row(1, 0, "one "), other, row(3, 1, "two "), row(4, 2, "three")])
+    assert [(m["id"], m["content"]) for m in merged] == [("m1", "one two three"), ("m2", "hi")]
+    assert merged[0]["metadata"]["chunk"]["complete"] is True
+    assert join_chunks([row(3, 1, "two ")])[0]["metadata"]["chunk"]["complete"] is False
+
+
+async def test_partial_held_advances_observed_over_the_accepted_rows() -> None:
+    partial = {"state": "partial_held", "targetKey": "k", "clientMessageId": "L", "latestSeq": 6,
+               "needsRefreshUntilSeq": 6, "heldChunk": 1,
+               "accepted": [{"messageId": "m5", "acceptedSeq": 5}]}  # fmt: skip
+    session = FakeSession([], [partial])
     daemon = daemon_over(session)
-    daemon.frontier.advance("k", 3)
-    chunks = ["a", "b", "c"]
-    result = await daemon.send_chunked("#x", chunks, target_key="k", client_message_id="L")
-    assert result == {
-        "state": "partial_held",
-        "targetKey": "k",
-        "accepted": [{"messageId": "m4", "acceptedSeq": 4}, {"messageId": "m5", "acceptedSeq": 5}],
-        "heldChunk": 2,
-        "latestSeq": 7,
-        "needsRefreshUntilSeq": 7,
-        "clientMessageId": "L",
-    }
-    assert (daemon.frontier.observed("k"), daemon.frontier.latest_known("k")) == (5, 7)
-    # The runtime refreshes; the retry replays rows 0 and 1 and goes on from the refresh.
-    daemon.frontier.advance("k", 7)
-    session.answers.extend([sent("already_sent", 4), sent("already_sent", 5), sent("sent", 8)])
-    result = await daemon.send_chunked("#x", chunks, target_key="k", client_message_id="L")
-    assert (result["state"], result["acceptedSeq"], result["messageId"]) == ("sent", 8, "m8")
+    daemon.frontier.advance("k", 4)
+    await daemon.send("#x", "long " * 10, target_key="k", client_message_id="L")
+    assert (daemon.frontier.observed("k"), daemon.frontier.latest_known("k")) == (5, 6)
+    (send,) = [fields for op, fields in session.requests if op == "send"]
+    assert (send["clientMessageId"], send["freshness"]["seenUpToSeq"]) == ("L", 4)
+
+
+# --- the reply helper over a scripted session ------------------------------------------
+
+
+def held(seen: int, latest: int) -> dict[str, Any]:
+    return {"state": "held", "targetKey": "k", "seenUpToSeq": seen, "latestSeq": latest,
+            "needsRefreshUntilSeq": latest, "clientMessageId": "reply-d1"}  # fmt: skip
+
+
+def sent(seq: int, state: str = "sent") -> dict[str, Any]:
+    return {"state": state, "targetKey": "k", "messageId": f"m{seq}", "acceptedSeq": seq,
+            "latestSeq": seq, "clientMessageId": "reply-d1"}  # fmt: skip
+
+
+def page(*seqs: int) -> dict[str, Any]:
+    return {"targetKey": "k", "messages": [{"seq": s, "content": f"#{s}"} for s in seqs],
+            "coversThroughSeq": max(seqs), "latestSeq": max(seqs), "hasMore": False}  # fmt: skip
+
+
+def ops(session: FakeSession) -> list[str]:
+    return [op for op, _ in session.requests]
+
+
+async def test_reply_held_refreshes_retries_then_acks() -> None:
+    session = FakeSession([deliver("d1", "k", 3)], [held(3, 4), page(4), sent(5), {}])
+    daemon = daemon_over(session)
+    delivery = await daemon.next_wake()
+    replied = await daemon.reply(delivery, "answer")
+    assert (replied.state, replied.attempts, replied.acked, replied.message_id) == (
+        "sent", 2, True, "m5",
+    )  # fmt: skip
+    assert ops(session) == ["send", "history", "send", "ack"]
     sends = [fields for op, fields in session.requests if op == "send"]
-    assert [f["clientMessageId"] for f in sends] == ["L.0", "L.1", "L.2"] * 2
-    assert [f["freshness"]["seenUpToSeq"] for f in sends] == [3, 4, 5, 7, 7, 7]
-    assert daemon.frontier.observed("k") == 8
+    assert [f["freshness"]["seenUpToSeq"] for f in sends] == [3, 4]  # observed: targetSeq, refresh
+    assert {f["clientMessageId"] for f in sends} == {"reply-d1"}  # one id: retries are idempotent
+    assert {f["target"] for f in sends} == {"scope:k"}
+    assert session.requests[1][1]["afterSeq"] == 3
+    assert daemon.frontier.observed("k") == 5
+
+
+async def test_reply_gives_up_after_the_stated_attempts_without_acking() -> None:
+    answers: list[Any] = []
+    for i in range(REPLY_ATTEMPTS):
+        answers += [held(3 + i, 4 + i), page(4 + i)]
+    session = FakeSession([deliver("d1", "k", 3)], answers[:-1])
+    daemon = daemon_over(session)
+    delivery = await daemon.next_wake()
+    with pytest.raises(ReplyNotSent) as caught:
+        await daemon.reply(delivery, "answer")
+    assert (caught.value.reason, caught.value.attempts) == ("held", REPLY_ATTEMPTS)
+    assert caught.value.delivery is delivery
+    assert "ack" not in ops(session)
+    assert ops(session).count("send") == REPLY_ATTEMPTS
+
+
+async def test_reply_revise_sees_the_newer_messages_and_may_withdraw() -> None:
+    seen: list[list[dict[str, Any]]] = []
+
+    async def revise(newer: list[dict[str, Any]]) -> str | None:
+        seen.append(newer)
+        return "revised" if len(seen) == 1 else None
+
+    session = FakeSession([deliver("d1", "k", 3)], [held(3, 4), page(4), held(4, 5), page(5)])
+    daemon = daemon_over(session)
+    delivery = await daemon.next_wake()
+    with pytest.raises(ReplyNotSent) as caught:
+        await daemon.reply(delivery, "answer", revise=revise)
+    assert caught.value.reason == "withdrawn"
+    assert [[m["seq"] for m in newer] for newer in seen] == [[4], [5]]
+    contents = [fields["content"] for op, fields in session.requests if op == "send"]
+    assert contents == ["answer", "revised"]
+    assert "ack" not in ops(session)
+
+
+async def test_reply_retries_a_retryable_error_and_tolerates_a_consumed_delivery() -> None:
+    limited = ClientError({"type": "error", "code": "rate_limited", "retryable": True,
+                           "details": {"retryAfterMs": 1}}, "send")  # fmt: skip
+    gone = ClientError({"type": "error", "code": "not_found"}, "ack")
+    session = FakeSession([deliver("d1", "k", 3)], [limited, sent(4, "already_sent"), gone])
+    daemon = daemon_over(session)
+    delivery = await daemon.next_wake()
+    replied = await daemon.reply(delivery, "answer")
+    assert (replied.state, replied.attempts, replied.acked) == ("already_sent", 2, False)
+    assert ops(session) == ["send", "send", "ack"]
+
+
+async def test_reply_does_not_ack_when_the_node_refuses() -> None:
+    forbidden = ClientError({"type": "error", "code": "forbidden"}, "send")
+    session = FakeSession([deliver("d1", "k", 3)], [forbidden])
+    daemon = daemon_over(session)
+    with pytest.raises(ClientError):
+        await daemon.reply(await daemon.next_wake(), "answer")
+    assert ops(session) == ["send"]
 
 
 # --- end to end ----------------------------------------------------------------------
@@ -438,8 +537,37 @@ async def test_send_uses_observed_held_records_the_hint_history_refreshes(
             assert (held["state"], held["seenUpToSeq"], held["latestSeq"]) == ("held", 2, 3)
 
 
-async def test_chunked_send_resumes_after_partial_hold(database_url: str, tmp_path: Path) -> None:
+async def test_reply_to_a_mention_survives_an_interjection(
+    database_url: str, tmp_path: Path
+) -> None:
     async with running_node(database_url, tmp_path, outbox=QUIET_WORKER) as node:
+        world = await World.create(node)
+        human = await world.member("human")
+        agent = await world.member("helper", MemberType.AGENT)
+        async with world.client(human) as h, daemon(world, agent) as d:
+            scope_id = await make_channel(h, "work", d.client)
+            await h.send("#work", "@helper what time is it?")
+            delivery = await d.next_wake(timeout=10)
+            await h.send("#work", "actually, never mind the time zone")
+            replied = await d.reply(delivery, "noon")
+            assert (replied.state, replied.attempts, replied.acked) == ("sent", 2, True)
+            assert wake_rows(database_url, agent.id) == [(1, "delivered")]
+            page = await h.history("#work")
+            assert [m["content"] for m in page["messages"]] == [
+                "@helper what time is it?",
+                "actually, never mind the time zone",
+                "noon",
+            ]
+            # The same reply again (a crash before the ack, say) is not a second answer.
+            again = await d.reply(delivery, "noon")
+            assert (again.state, again.message_id) == ("already_sent", replied.message_id)
+            assert d.frontier.observed(scope_id) == 3
+
+
+async def test_long_send_is_chunked_by_the_node_and_resumes_after_partial_hold(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path, outbox=QUIET_WORKER, row_limit=12) as node:
         world = await World.create(node)
         human = await world.member("human")
         agent = await world.member("helper", MemberType.AGENT)
@@ -447,40 +575,50 @@ async def test_chunked_send_resumes_after_partial_hold(database_url: str, tmp_pa
             scope_id = await make_channel(h, "long", d.client)
             await h.send("#long", "question")
             await d.read_history("#long")
-            chunks = ["part 0", "part 1", "part 2"]
-            # Row 0 of the logical send went out (say the daemon then lost the
-            # connection); meanwhile the human posts.
-            row0 = await d.send(
-                "#long",
-                chunks[0],
-                target_key=scope_id,
-                client_message_id=chunk_client_message_id("answer", 0),
-            )
-            assert (row0["state"], row0["acceptedSeq"]) == ("sent", 2)
-            await h.send("#long", "interjection")
-            partial = await d.send_chunked(
-                "#long", chunks, target_key=scope_id, client_message_id="answer"
-            )
-            assert partial["state"] == "partial_held"
-            assert partial["accepted"] == [{"messageId": row0["messageId"], "acceptedSeq": 2}]
-            assert (partial["heldChunk"], partial["latestSeq"]) == (1, 3)
+            # Another member's send is queued just before the rest of the logical
+            # send goes back to the actor's queue: row 1 is held.
+            actor = node.services.registry.actor_nowait(scope_id)
+            assert actor is not None
+
+            def interleave(job: ChunkedSend) -> None:
+                actor.before_requeue = None
+                actor.submit_nowait(
+                    SendCommand(
+                        author=human.member,
+                        content="interjection",
+                        client_message_id="interjection",
+                        reply=lambda result: None,
+                    )
+                )
+
+            actor.before_requeue = interleave
+            content = "one two three four five six"
+            partial = await d.send("#long", content, target_key=scope_id, client_message_id="ans")
+            assert (partial["state"], partial["heldChunk"], partial["latestSeq"]) == (
+                "partial_held", 1, 3,
+            )  # fmt: skip
+            assert [row["acceptedSeq"] for row in partial["accepted"]] == [2]
             assert (d.frontier.observed(scope_id), d.frontier.latest_known(scope_id)) == (2, 3)
-            await d.read_history("#long")
-            done = await d.send_chunked(
-                "#long", chunks, target_key=scope_id, client_message_id="answer"
-            )
+            newer = await d.refresh("#long", target_key=scope_id)
+            assert [m["content"] for m in newer] == ["interjection"]
+            done = await d.send("#long", content, target_key=scope_id, client_message_id="ans")
             assert done["state"] == "sent"
-            assert [row["acceptedSeq"] for row in done["accepted"]] == [2, 4, 5]
+            assert [(c["acceptedSeq"], c["state"]) for c in done["chunks"]] == [
+                (2, "already_sent"), (4, "sent"), (5, "sent"),
+            ]  # fmt: skip
             assert d.frontier.observed(scope_id) == 5
-            again = await d.send_chunked(
-                "#long", chunks, target_key=scope_id, client_message_id="answer"
-            )
-            assert (again["state"], again["accepted"]) == ("already_sent", done["accepted"])
-            page = await h.history("#long")
-            assert [m["content"] for m in page["messages"]] == [
+            again = await d.send("#long", content, target_key=scope_id, client_message_id="ans")
+            assert again["state"] == "already_sent"
+            with psycopg.connect(database_url) as conn:
+                ids = conn.execute(
+                    "SELECT client_message_id FROM scope_messages WHERE scope_id = %s"
+                    " AND author_member_id = %s ORDER BY seq",
+                    (scope_id, agent.id),
+                ).fetchall()
+            assert [row[0] for row in ids] == [chunk_client_message_id("ans", i) for i in range(3)]
+            history = await h.history("#long")
+            assert [m["content"] for m in join_chunks(history["messages"])] == [
                 "question",
-                "part 0",
+                content,
                 "interjection",
-                "part 1",
-                "part 2",
             ]

@@ -1,4 +1,65 @@
-"""The scopenode client library (moving into its own package; see connection.py)."""
+"""The scopenode client library: one WebSocket session, and an agent daemon on top.
 
-from node.client.connection import *  # noqa: F403
-from node.client.connection import __all__ as __all__
+Read in this order:
+
+* ``connection.py`` — :func:`open_client` and :class:`Client`: hello/welcome,
+  requests and replies, the event queue, close codes. Frames are plain dicts.
+* ``frontier.py`` — :class:`Frontier` (what the agent runtime has seen, per
+  targetKey) and :class:`Delivery` (one ``deliver`` event). Pure.
+* ``daemon.py`` — :func:`open_daemon` and :class:`DaemonClient`: wakes,
+  stale-delivery suppression, acks, fresh sends, and :meth:`DaemonClient.reply`,
+  which answers a delivery, handles ``held`` and only then acknowledges.
+* ``chunks.py`` — how a long send is stored as rows, and reading them back.
+
+``docs/agents.md`` is the guide for daemon authors, ``docs/protocol.md`` the
+wire reference, and ``examples/echo_agent.py`` a whole agent.
+"""
+
+from node.client.chunks import (
+    CHUNK_SEPARATOR,
+    ChunkInfo,
+    chunk_client_message_id,
+    chunk_info,
+    join_chunks,
+)
+from node.client.connection import (
+    Client,
+    ClientError,
+    ConnectionClosed,
+    ProtocolViolation,
+    open_client,
+)
+from node.client.daemon import (
+    DAEMON_CAPABILITIES,
+    REPLY_ATTEMPTS,
+    DaemonClient,
+    Replied,
+    ReplyNotSent,
+    Revise,
+    open_daemon,
+    reply_client_message_id,
+)
+from node.client.frontier import Delivery, Frontier
+
+__all__ = [
+    "CHUNK_SEPARATOR",
+    "DAEMON_CAPABILITIES",
+    "REPLY_ATTEMPTS",
+    "ChunkInfo",
+    "Client",
+    "ClientError",
+    "ConnectionClosed",
+    "DaemonClient",
+    "Delivery",
+    "Frontier",
+    "ProtocolViolation",
+    "Replied",
+    "ReplyNotSent",
+    "Revise",
+    "chunk_client_message_id",
+    "chunk_info",
+    "join_chunks",
+    "open_client",
+    "open_daemon",
+    "reply_client_message_id",
+]
