@@ -131,9 +131,14 @@ class DaemonClient:
     frontier: Frontier
     suppressed: list[dict[str, Any]]
 
-    def __init__(self, client: Client, frontier: Frontier | None = None) -> None:
+    def __init__(
+        self, client: Client, frontier: Frontier | None = None, *, keep_events: bool = True
+    ) -> None:
         self.client = client
         self.frontier = Frontier() if frontier is None else frontier
+        # A daemon that only ever calls next_wake would otherwise keep every
+        # message event of its scopes in memory for as long as it runs.
+        self._keep_events = keep_events
         # One record per suppressed delivery, oldest first (the fields of the log line).
         self.suppressed = []
         self._deliveries: deque[Delivery] = deque()
@@ -379,9 +384,15 @@ class DaemonClient:
                 self._deliveries.append(Delivery.from_event(event))
             except ValueError:
                 log.warning("malformed_delivery", event=event)
-                self._events.append(event)
+                self._keep(event)
             return
-        self._events.append(event)
+        self._keep(event)
+
+    def _keep(self, event: dict[str, Any]) -> None:
+        if self._keep_events:
+            self._events.append(event)
+        elif event.get("type") == "error":
+            log.warning("daemon_error_event", event=event)
 
     async def _suppress(self, delivery: Delivery) -> None:
         """Acknowledge and drop a stale delivery, with a ``delivery_suppressed`` log line."""
@@ -455,15 +466,18 @@ async def open_daemon(
     frontier: Frontier | None = None,
     name: str = "scopenode-daemon",
     capabilities: Sequence[str] = DAEMON_CAPABILITIES,
+    keep_events: bool = True,
     **kwargs: Any,
 ) -> AsyncIterator[DaemonClient]:
     """:func:`open_client` as a daemon (``kind="daemon"``, capabilities freshness and ack).
 
     Pass the runtime's ``frontier`` when reconnecting so that deliveries the
-    runtime already covered are suppressed; other keywords go to
-    :func:`open_client`.
+    runtime already covered are suppressed. With ``keep_events=False`` every
+    event but ``deliver`` is dropped (``error`` events are logged), for a
+    daemon that never calls :meth:`DaemonClient.next_event`. Other keywords go
+    to :func:`open_client`.
     """
     async with open_client(
         url, token, kind="daemon", name=name, capabilities=capabilities, **kwargs
     ) as client:
-        yield DaemonClient(client, frontier)
+        yield DaemonClient(client, frontier, keep_events=keep_events)
