@@ -40,6 +40,10 @@ NOT_FOUND = "not_found"
 SEARCH_UNAVAILABLE = "search_unavailable"  # search is not built yet: its "allowed" answer
 NOT_ENABLED = "validation_failed"  # react is not built yet: its "allowed" answer
 NA = None  # the combination cannot exist
+# Listings (channels, people, a root's thread summary) answer with a reply
+# either way: the cell is whether the reply names what the row asks about.
+LISTED = "listed"
+UNLISTED = "not listed"
 
 PUBLIC_CHANNEL = "public channel"
 PRIVATE_CHANNEL = "private channel"
@@ -149,6 +153,16 @@ OPS: dict[str, tuple[str, str]] = {
     "grant": ("grant", "`grant` to a current public member (in a DM: the other member)"),
     "revokeGrant": ("revokeGrant", "`revokeGrant` a grant made by the *public member*"),
     "setNotification": ("setNotification", "`setNotification` to `quiet`"),
+    "channels": ("channels", "`channels`: is the scope listed?"),
+    "people": (
+        "people",
+        "`people`: is the *owner's private agent* listed (in a DM: the first member's"
+        " private agent)?",
+    ),
+    "thread summary": (
+        "history",
+        "`history` of the thread's parent: does the root carry `thread`?",
+    ),
 }
 MUTATING = frozenset(
     {
@@ -164,6 +178,7 @@ MUTATING = frozenset(
 )
 
 F, NF, SU, NE = FORBIDDEN, NOT_FOUND, SEARCH_UNAVAILABLE, NOT_ENABLED
+L, U = LISTED, UNLISTED
 # fmt: off
 _CHANNEL_READS: dict[str, tuple[str | None, ...]] = {
     #                  member owner former outsider foreign own_agent other_agent
@@ -186,16 +201,24 @@ _CHANNEL_REST: dict[str, tuple[str | None, ...]] = {
     "revokeGrant":     (OK,   NF,   NF,    NF,      NF,     NF,       NF),
     "setNotification": (OK,   OK,   F,     F,       NF,     OK,       F),
 }
+_CHANNEL_PEOPLE = (U,    L,    U,     U,       U,      L,        U)
+_CHANNEL_NO_THREAD = (NA, NA,   NA,    NA,      NA,     NA,       NA)
 MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
     PUBLIC_CHANNEL: {
         **_CHANNEL_READS,
         "join":        (OK,   OK,   OK,    OK,      NF,     F,        F),
         **_CHANNEL_REST,
+        "channels":    (L,    L,    L,     L,       U,      L,        L),
+        "people":      _CHANNEL_PEOPLE,
+        "thread summary": _CHANNEL_NO_THREAD,
     },
     PRIVATE_CHANNEL: {
         **_CHANNEL_READS,
         "join":        (F,    F,    F,     F,       NF,     F,        F),
         **_CHANNEL_REST,
+        "channels":    (L,    L,    U,     U,       U,      L,        U),
+        "people":      _CHANNEL_PEOPLE,
+        "thread summary": _CHANNEL_NO_THREAD,
     },
     DM: {
         #                  member third foreign other_agent
@@ -216,6 +239,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "grant":           (OK,   F,    NF,     F),
         "revokeGrant":     (OK,   NF,   NF,     NF),
         "setNotification": (OK,   F,    NF,     F),
+        "channels":        (NA,   NA,   NA,     NA),
+        "people":          (L,    U,    U,      U),
+        "thread summary":  (NA,   NA,   NA,     NA),
     },
     THREAD: {
         #                  member outsider foreign own_agent other_agent leaver
@@ -236,6 +262,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "grant":           (OK,   F,       NF,     F,        F,          F),
         "revokeGrant":     (OK,   NF,      NF,     NF,       NF,         NF),
         "setNotification": (OK,   F,       NF,     OK,       F,          F),
+        "channels":        (NA,   NA,      NA,     NA,       NA,         NA),
+        "people":          (U,    U,       U,      L,        U,          U),
+        "thread summary":  (L,    F,       NF,     U,        F,          F),
     },
 }
 # fmt: on
@@ -269,7 +298,10 @@ page and the test disagree, the test fails. Regenerate it with
 python -m tests.test_authorization_matrix > docs/authorization.md
 ```
 
-**ok** is a `reply`; anything else is the `error` code the node answers.
+**ok** is a `reply`; anything else is the `error` code the node answers,
+except in the listing rows (`channels`, `people`, `thread summary`), which
+answer with a reply either way: **listed** or *not listed* says whether the
+reply names what the row asks about.
 The rules in short:
 
 - A scope answers `not_found` to a member of another workspace, whatever it
@@ -293,6 +325,10 @@ The rules in short:
 - `grant` is for human current public members; `revokeGrant` only for the
   grant's owner, and anyone else gets `not_found` (a grant's existence is not
   revealed).
+- `channels` lists the workspace's public channels and the private ones the
+  caller is a current member of. `people` lists humans and public agents to
+  everyone, a private agent only to its owner (and to itself). A root carries
+  its `thread` summary for readers of the parent, never for private agents.
 - `search` and `react` are not built yet. They still check that the caller
   may read the scope (or message) first; their "allowed" answer is the typed
   error `search_unavailable` and `validation_failed` ("not enabled").
@@ -304,6 +340,10 @@ def _cell(answer: str | None) -> str:
         return "—"
     if answer == OK:
         return "**ok**"
+    if answer == LISTED:
+        return "**listed**"
+    if answer == UNLISTED:
+        return "*not listed*"
     return f"`{answer}`"
 
 
@@ -357,6 +397,7 @@ class Scene:
     targets: dict[str, str]  # row → the member it names (invite, remove …, grant)
     granter: Client  # the "member" actor, whose grant revokeGrant cells revoke
     own_agents: dict[str, str]  # actor → its own private agent (not a member)
+    root: tuple[str, str] | None = None  # threads: (parent scope id, root message id)
 
 
 @dataclass
@@ -415,6 +456,7 @@ async def channel_scene(cast: Cast, kind: str) -> Scene:
         "invite": p["invitee"].id,
         "invite owner's agent": p["second_agent"].id,
         "grant": p["target"].id,
+        "people": p["own_agent"].id,
     }
     own_agents = {actor: p[agent].id for actor, agent in _OWN_AGENTS.items()}
     scene = Scene(kind, scope, first["messageId"], actors, targets, c["member"], own_agents)
@@ -453,7 +495,14 @@ async def thread_scene(cast: Cast, parent: Scene, slug: str) -> Scene:
     await ok(c["leaver"], cast, "leave", scopeId=parent.scope_id)
     actors = {name: c[name] for name in COLUMNS[THREAD]}
     return Scene(
-        THREAD, thread, opened["messageId"], actors, parent.targets, c["member"], parent.own_agents
+        THREAD,
+        thread,
+        opened["messageId"],
+        actors,
+        parent.targets,
+        c["member"],
+        parent.own_agents,
+        (parent.scope_id, parent.message_id),
     )
 
 
@@ -478,6 +527,7 @@ async def dm_scene(cast: Cast) -> Scene:
         "remove member": second.id,
         "invite": cast.people["invitee"].id,
         "grant": second.id,
+        "people": agent.id,
     }
     own_agents = {
         "member": agent.id,
@@ -545,13 +595,32 @@ async def answer(cast: Cast, s: Scene, op_key: str, actor: str) -> str:
         fields = {"grantId": made["grantId"]}
     elif op_key == "setNotification":
         fields = {"scopeId": s.scope_id, "state": "quiet"}
+    elif op_key in ("channels", "people"):
+        fields = {}
+    elif op_key == "thread summary":
+        assert s.root is not None
+        fields = {"target": f"scope:{s.root[0]}"}
     else:  # pragma: no cover - the table and this function name the same ops
         raise AssertionError(op_key)
     reply = await ask(client, cast, op, **fields)
     if reply["type"] == "reply":
-        return OK
+        return _listed(s, op_key, reply["result"])
     assert reply["type"] == "error", reply
     return str(reply["code"])
+
+
+def _listed(s: Scene, op_key: str, result: dict[str, Any]) -> str:
+    """A listing row's answer: does the reply name what the row asks about?"""
+    if op_key == "channels":
+        found = any(c["id"] == s.scope_id for c in result["channels"])
+    elif op_key == "people":
+        found = any(m["id"] == s.targets["people"] for m in result["people"])
+    elif op_key == "thread summary":
+        assert s.root is not None
+        found = any(m["id"] == s.root[1] and "thread" in m for m in result["messages"])
+    else:
+        return OK
+    return LISTED if found else UNLISTED
 
 
 _PEOPLE: tuple[tuple[str, MemberType, str | None], ...] = (
