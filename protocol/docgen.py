@@ -265,7 +265,7 @@ def _default(field: inspect.Field) -> str:
     return f"`{msgspec.json.encode(value).decode()}`"
 
 
-def table(cls: type[msgspec.Struct]) -> list[str]:
+def table(cls: Any) -> list[str]:
     info = inspect.type_info(cls)
     assert isinstance(info, inspect.StructType)
     lines = []
@@ -283,7 +283,7 @@ def _doc(cls: type) -> str:
     return " ".join(doc.split()).replace("``", "`") if isinstance(doc, str) else ""
 
 
-def _tag(cls: type[msgspec.Struct]) -> str:
+def _tag(cls: Any) -> str:
     return str(cls.__struct_config__.tag)
 
 
