@@ -355,6 +355,18 @@ async def test_reply_retries_a_retryable_error_and_tolerates_a_consumed_delivery
     assert ops(session) == ["send", "send", "ack"]
 
 
+async def test_reply_after_a_different_stored_answer_keeps_that_answer() -> None:
+    conflict = ClientError({"type": "error", "code": "idempotency_conflict",
+                            "details": {"messageId": "m4", "acceptedSeq": 4}}, "send")  # fmt: skip
+    session = FakeSession([deliver("d1", "k", 3)], [conflict, {}])
+    daemon = daemon_over(session)
+    replied = await daemon.reply(await daemon.next_wake(), "second thoughts")
+    assert (replied.state, replied.message_id, replied.acked) == ("already_sent", "m4", True)
+    assert replied.result["differentContent"] is True
+    assert ops(session) == ["send", "ack"]
+    assert daemon.frontier.observed("k") == 4
+
+
 async def test_reply_does_not_ack_when_the_node_refuses() -> None:
     forbidden = ClientError({"type": "error", "code": "forbidden"}, "send")
     session = FakeSession([deliver("d1", "k", 3)], [forbidden])

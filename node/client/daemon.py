@@ -109,6 +109,25 @@ class ReplyNotSent(Exception):
         )
 
 
+def _earlier_answer(
+    exc: ClientError, client_message_id: str, delivery: Delivery
+) -> dict[str, Any] | None:
+    """For ``idempotency_conflict`` on a reply id: the stored answer, as an ``already_sent``."""
+    if exc.code != "idempotency_conflict":
+        return None
+    message_id, seq = exc.details.get("messageId"), as_seq(exc.details.get("acceptedSeq"))
+    if not isinstance(message_id, str) or seq is None:
+        return None
+    return {
+        "state": "already_sent",
+        "targetKey": delivery.target_key,
+        "clientMessageId": client_message_id,
+        "messageId": message_id,
+        "acceptedSeq": seq,
+        "differentContent": True,
+    }
+
+
 def _retry_delay(exc: ClientError, attempt: int) -> float:
     retry_after = exc.details.get("retryAfterMs")
     if isinstance(retry_after, int | float) and retry_after >= 0:
@@ -319,9 +338,14 @@ class DaemonClient:
            returns the content to send instead, or None to withdraw; then the
            send is tried again. A partially stored reply is completed as first
            written (its rows are on the record), so ``revise`` is not asked then.
-        4. A retryable error (``rate_limited``, ``unavailable``, ``overloaded``)
+        4. ``idempotency_conflict``: an answer under this ``clientMessageId``
+           is stored already, with other content (say the daemon crashed before
+           its ack and the runtime answered the redelivery differently). That
+           answer stands: the result is ``already_sent`` with its ``messageId``
+           and ``differentContent: true``, and the delivery is acknowledged.
+        5. A retryable error (``rate_limited``, ``unavailable``, ``overloaded``)
            waits ``details.retryAfterMs`` (else 0.1 s, doubling) and tries again.
-        5. At most ``attempts`` sends (default :data:`REPLY_ATTEMPTS`). Only a
+        6. At most ``attempts`` sends (default :data:`REPLY_ATTEMPTS`). Only a
            ``sent`` / ``already_sent`` reply is acknowledged, after it is stored.
 
         Returns :class:`Replied`. Every other end raises, and the delivery
@@ -348,6 +372,15 @@ class DaemonClient:
                     **fields,
                 )
             except ClientError as exc:
+                earlier = _earlier_answer(exc, client_message_id, delivery)
+                if earlier is not None:
+                    # Answered before with other words (a crash before the ack,
+                    # then a runtime that thought differently): that answer
+                    # stands, one per delivery.
+                    self._record_send(earlier, delivery.target_key)
+                    result = earlier
+                    acked = await self._ack_replied(delivery)
+                    return Replied(delivery, result, attempt, acked)
                 if not exc.retryable or attempt == attempts:
                     raise
                 await trio.sleep(_retry_delay(exc, attempt))
