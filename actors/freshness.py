@@ -1,4 +1,4 @@
-"""The freshness gate (SPEC R-12, seed 002 §3.3) as a pure decision.
+"""The freshness gate (docs/design.md#freshness) as a pure decision.
 
 The gate runs on the actor's view of ``latest_seq``; the database fence
 (the conditional update of ``scopes.latest_seq``) is what makes it true.

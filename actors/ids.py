@@ -1,4 +1,4 @@
-"""Opaque identifiers with a readable prefix (SPEC §7.8), roughly time-ordered."""
+"""Opaque identifiers with a readable prefix (docs/design.md#ids), roughly time-ordered."""
 
 from __future__ import annotations
 

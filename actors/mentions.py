@@ -1,4 +1,4 @@
-"""The canonical live-mention parser (SPEC R-08, seed 000 §5.3).
+"""The canonical live-mention parser (docs/design.md#mentions).
 
 Theory of operation
 -------------------

@@ -35,7 +35,7 @@ class NotificationState(enum.StrEnum):
 
 
 class DeliveryPolicy(enum.StrEnum):
-    """The five committed-delivery policies of seed 000 §3.10.1."""
+    """The five committed-delivery policies (docs/design.md#delivery); only the first is used yet."""
 
     INLINE_ORDINARY = "inline_ordinary"
     AUTONOMOUS_STORE_RECOVERABLE = "autonomous_store_recoverable"
@@ -141,7 +141,7 @@ class IdempotencyRecord:
 
 @dataclass(frozen=True, slots=True)
 class ThreadContext:
-    """What a thread's actor caches about its parent scope (SPEC §7.2, seed 000 §5.2).
+    """What a thread's actor caches about its parent scope (docs/design.md#threads).
 
     ``parent_memberships`` are the parent's *current* memberships: the public
     ones make their members readers of the thread (computed, never

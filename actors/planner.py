@@ -92,7 +92,7 @@ class Explain:
     # agent this send addressed (admitted or why not).
     admissions: tuple[tuple[str, bool, str], ...] = ()
     # What the author may not see by name, as ``members`` would hide it from
-    # them (R-04): other owners' private agents (counted) and former members
+    # them (docs/design.md#private-agents): other owners' private agents (counted) and former members
     # (left out). The full Explain stays for the operator's debug log.
     hidden_private: frozenset[str] = frozenset()
     former: frozenset[str] = frozenset()

@@ -22,7 +22,7 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class ThreadFacts:
-    """The parent side of a reply thread, as admission needs it (seed 000 §3.5, §5.2).
+    """The parent side of a reply thread, as admission needs it (docs/design.md#thread-admission).
 
     ``parent`` holds the parent's current memberships and the parent scope's
     grants only (root admission uses parent grants, never thread or sibling
@@ -201,7 +201,7 @@ def dm_membership(member: Member) -> tuple[str, str | None]:
 def private_authority(
     ctx: VisibilityContext, actor: Member, agent: Member, at: datetime
 ) -> Decision:
-    """May ``actor`` direct a message to ``agent`` (a private agent)? Seed 000 §2.4."""
+    """May ``actor`` direct a message to ``agent`` (a private agent)? docs/design.md#private-agents."""
     owner = agent.owner_member_id
     if actor.id == owner:
         return Decision(True, "owner")
@@ -232,7 +232,7 @@ def thread_admission(
     recipients: Collection[str],
     at: datetime,
 ) -> Decision:
-    """May this send admit private agent ``agent`` to the thread? Seed 000 §5.2.
+    """May this send admit private agent ``agent`` to the thread? docs/design.md#thread-admission.
 
     Only a current private member of the parent can be admitted, and only by:
     being the root's author; a live mention in the root by an author with

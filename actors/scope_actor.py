@@ -2,12 +2,12 @@
 
 Sends queued while a transaction is in flight are drained and committed
 together in the next transaction (group commit); each is still decided in
-order, and each is answered only after its transaction committed (R-13).
+order, and each is answered only after its transaction committed (persist before reply).
 Replies and events leave through synchronous callbacks, so the sender's
 ``reply`` is queued before any ``message`` event of the same send.
 
 A send longer than the row limit is one logical send of several rows
-(seed 002 §3.9): one row is committed per turn and the rest goes back to the
+(docs/design.md#chunked-sends): one row is committed per turn and the rest goes back to the
 end of the queue, so a huge send cannot starve the scope — other senders
 interleave, and a row that finds the scope moved on is ``held``
 (``partial_held`` once earlier rows were accepted).

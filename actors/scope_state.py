@@ -42,7 +42,7 @@ RECENT_TAIL = 512
 THREAD_PARTICIPANTS = 3  # as many as storage.messages.THREAD_PARTICIPANTS
 PRIVATE_GAP_BUDGET = 200
 # Content longer than this (characters) is split into several rows, one
-# logical send (seed 002 §3.9). The node's ``Settings.row_limit`` overrides it.
+# logical send (docs/design.md#chunked-sends). The node's ``Settings.row_limit`` overrides it.
 ROW_LIMIT = 16_000
 
 SendReply = Callable[[SendResult | OperationError], None]
@@ -102,7 +102,7 @@ Decision = Immediate | NeedsLookup | NeedsReload | Append
 
 
 def payload_digest(scope_id: str, cmd: SendCommand) -> bytes:
-    """Canonical digest of what the client asked for (PROTOCOL.md send)."""
+    """Canonical digest of what the client asked for (docs/design.md#idempotency)."""
     canonical = msgspec.json.encode(
         [
             scope_id,
@@ -403,7 +403,7 @@ class ScopeState:
         """The seq that should hold ``author``, or None to send anyway.
 
         Authors without a possible visibility gap are held at the raw latest.
-        A private agent is held only by a message it can see (seed 002 §3.3):
+        A private agent is held only by a message it can see (docs/design.md#freshness):
         scan a bounded newest-first tail; not found or budget spent → send.
         """
         if not author.is_private_agent:
@@ -429,7 +429,7 @@ class ScopeState:
 
 
 def split_content(content: str, limit: int) -> list[str]:
-    """Deterministic row boundaries of a logical send (seed 002 §3.9).
+    """Deterministic row boundaries of a logical send (docs/design.md#chunked-sends).
 
     Each piece holds at most ``limit`` characters. A cut prefers the last
     newline, then the last whitespace, in the second half of the window (the

@@ -1,4 +1,4 @@
-"""The in-memory twin of the SQL readable predicate (SPEC R-07).
+"""The in-memory twin of the SQL readable predicate (docs/design.md#visibility).
 
 ``storage/visibility.py`` holds the SQL predicate; a property test proves the
 two agree. The twin decides fan-out (who gets a ``message`` event) and the

@@ -1,7 +1,7 @@
 """Provisioning of workspaces, members and tokens through the admin contract.
 
 :class:`CliProvisioner` runs the ``scopenode admin …`` commands of
-PROTOCOL.md as subprocesses (a few at a time). That costs an interpreter
+README as subprocesses (a few at a time). That costs an interpreter
 start per call, so workloads provision few members and spread sessions over
 them. :class:`PythonProvisioner` uses ``node.admin.provision(database_url,
 spec)`` when the node ships it. :func:`make_provisioner` picks one.

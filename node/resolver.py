@@ -1,4 +1,4 @@
-"""Targets (PROTOCOL.md "Targets") → scope ids, with a per-node cache.
+"""Targets (docs/protocol.md, "Requests and replies") → scope ids, with a per-node cache.
 
 Slugs, DM identities, thread roots and scope workspaces never change, so the
 cache needs no invalidation. DM and reply-thread targets are cached per member:

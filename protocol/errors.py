@@ -2,7 +2,7 @@
 
 Every layer raises :class:`OperationError` (or a subclass) with a stable
 :class:`ErrorCode`; the session turns it into an ``error`` frame. Codes are the
-wire contract of PROTOCOL.md and never change meaning.
+wire contract (``docs/protocol.md``) and never change meaning.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Applier: the only writer of messages (SPEC R-10).
+"""The Applier: the only writer of messages.
 
 One send is one statement: idempotency probe, the fenced bump of
 ``scopes.latest_seq`` (and of ``roster_generation`` when memberships change),

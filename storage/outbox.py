@@ -1,4 +1,4 @@
-"""The durable outbox (R-15): inline-delivery marks, agent deliveries, the worker's lease.
+"""The durable outbox (docs/design.md#delivery): inline-delivery marks, agent deliveries, the worker's lease.
 
 Rows are written by the Applier inside the send transaction. Realtime rows
 are marked delivered in batches after the inline fan-out; agent wake rows stay

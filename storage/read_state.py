@@ -1,4 +1,4 @@
-"""Unread counts that honour visibility (R-17)."""
+"""Unread counts that honour visibility (docs/design.md#read-state)."""
 
 from __future__ import annotations
 

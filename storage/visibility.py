@@ -1,4 +1,4 @@
-"""The one SQL readable predicate (SPEC R-07).
+"""The one SQL readable predicate (docs/design.md#visibility).
 
 Every read surface (history, resume, read-checks, and later search,
 attachments, sources and thread root context) selects candidate rows aliased

@@ -1,7 +1,7 @@
 """Hostile and malformed input over real WebSockets (issue 2, acceptance 5).
 
 Every bad frame gets the documented ``error`` (or close code) and, where
-PROTOCOL.md says so, the session stays open: each check ends with a ``ping``
+docs/protocol.md says so, the session stays open: each check ends with a ``ping``
 that must still get its ``pong``. After all of it the node still serves a
 normal send, and ``/metrics`` counts it.
 """

@@ -1,11 +1,11 @@
 """Private agents end to end over WebSockets (issue 3, acceptance 1, 2 and 4).
 
 Owner O (human), O's private agents P and Q, human H and O's public agent A in
-#c. Private authority (seed 000 §2.4, §5.1): only O, O's grantees within the
+#c. Private authority (docs/design.md#private-agents): only O, O's grantees within the
 grant interval and O's other private agents reach P; a public agent of the same
 owner needs a grant. What P may read (§3.9): its own messages, O's, grantees'
 within the grant interval, same-owner private agents'. The private-gap
-freshness rule (seed 002 §3.3): messages P cannot see never hold it.
+freshness rule (docs/design.md#freshness): messages P cannot see never hold it.
 
 Absence is proven with a later marker message by O, which P does receive:
 events are pushed in commit order, so anything for an earlier message would

@@ -1,4 +1,4 @@
-"""Read state (R-17): monotonic markRead, unread honouring visibility, readState events."""
+"""Read state (docs/design.md#read-state): monotonic markRead, unread honouring visibility, readState events."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Memberships over time and notification settings (R-04, R-05)."""
+"""Memberships over time and notification settings (docs/design.md#memberships)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""docs/schema.md gives every table and column of the schema a meaning (SPEC R-03).
+"""docs/schema.md gives every table and column of the schema a meaning.
 
 The SQL definition is parsed (CREATE TABLE blocks, one column per top-level
 item); the doc must have a ``## `table` `` section per table with a

@@ -1,4 +1,4 @@
-"""The browser client (R-28) is served from the node's own port (no browser here)."""
+"""The browser client is served from the node's own port (no browser here)."""
 
 from __future__ import annotations
 

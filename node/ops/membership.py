@@ -41,7 +41,7 @@ async def list_members(ctx: Context, request: Members) -> dict[str, Any]:
     shown = []
     for row in listing:
         if row.visibility == "private" and member.id not in (row.member.id, row.owner_member_id):
-            continue  # private members only where the viewer may see them
+            continue  # private members only to themselves and their owner (design.md#private-agents)
         entry: dict[str, Any] = {
             "id": row.member.id,
             "handle": row.member.handle,
