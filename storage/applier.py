@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime as _DateTime  # an alias: tests skew the module-level name
 from datetime import timedelta
 from typing import Any
 
@@ -37,7 +38,7 @@ from actors.model import IdempotencyRecord
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend, FenceLost, IdempotencyRace
 from storage.errors import map_errors
-from storage.pg import TrioConnection
+from storage.pg import Prepared, TrioConnection
 
 # The first delivery is inline after commit; the outbox worker only touches a
 # row once it is due: a wake not acknowledged by then, or a realtime row that
@@ -125,50 +126,71 @@ def _json(value: Any) -> str:
     return _encoder.encode(value).decode()
 
 
-# Group commit: the next sends of many scopes (at most one per scope) as ONE
-# statement — one bind, one round trip, one commit for all of them. Each row
-# stands alone: a fence miss or an idempotency hit writes nothing for that
-# scope and does not disturb the others.
+# Group commit: the next sends of many scopes as ONE statement — one bind,
+# one round trip, one commit for all of them. Each scope's chain (one actor's
+# batch: consecutive appends) stands alone: a fence miss or an idempotency hit
+# writes nothing for that scope and does not disturb the others. A chain bumps
+# its scope row once (``latest_seq + n``), fenced on its first plan; its
+# global seqs are allocated in chain order before the fence (a miss leaves a
+# gap, which the sequence allows anyway).
 SEND_GROUP = """
 WITH p AS (
     SELECT * FROM jsonb_to_recordset(%(plans)s::jsonb) AS p(
-        ord integer, scope_id text, workspace_id text, message_id text, author_id text,
-        author_type text, client_message_id text, digest text, message_type text,
-        content text, metadata jsonb, created_at timestamptz, expected_seq bigint,
-        expected_generation bigint, roster_bump integer, parent_id text,
-        parent_generation bigint, joins jsonb, outbox jsonb)
+        ord integer, k integer, scope_id text, workspace_id text, message_id text,
+        author_id text, author_type text, client_message_id text, digest text,
+        message_type text, content text, metadata jsonb, created_at timestamptz,
+        expected_seq bigint, expected_generation bigint, roster_bump integer,
+        parent_id text, parent_generation bigint, joins jsonb, outbox jsonb)
 ), existing AS (
-    SELECT p.ord, m.id, m.seq, m.idempotency_payload_digest AS digest
-    FROM p JOIN scope_messages m
-      ON m.scope_id = p.scope_id AND m.author_member_id = p.author_id
-     AND m.idempotency_subject_member_id = p.author_id
-     AND m.client_message_id = p.client_message_id
+    -- LATERAL ... LIMIT 1: one index probe per row. As a plain join the
+    -- planner, told 100 rows by jsonb_to_recordset, hashes p and scans every
+    -- message of the table (measured: the statement's cost grew with it).
+    SELECT p.ord, p.scope_id, m.id, m.seq, m.digest
+    FROM p CROSS JOIN LATERAL (
+        SELECT m.id, m.seq, m.idempotency_payload_digest AS digest
+        FROM scope_messages m
+        WHERE m.scope_id = p.scope_id AND m.author_member_id = p.author_id
+          AND m.idempotency_subject_member_id = p.author_id
+          AND m.client_message_id = p.client_message_id
+        LIMIT 1) m
+), chain0 AS (
+    SELECT p.scope_id, count(*)::integer AS n, min(p.expected_seq) AS expected_seq,
+        min(p.expected_generation) AS expected_generation,
+        sum(p.roster_bump)::integer AS roster_bump, max(p.created_at) AS last_at,
+        bool_and(p.parent_id IS NULL OR EXISTS (
+            SELECT 1 FROM scopes parent
+            WHERE parent.id = p.parent_id
+              AND parent.roster_generation = p.parent_generation)) AS parent_ok
+    FROM p GROUP BY p.scope_id
+), chain AS MATERIALIZED (
+    SELECT c.*, ARRAY(
+        SELECT nextval('message_global_seq') FROM generate_series(1, c.n)) AS gseqs
+    FROM chain0 c
+    WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.scope_id = c.scope_id)
 ), bump AS (
     UPDATE scopes s
-    SET latest_seq = s.latest_seq + 1,
-        latest_global_seq = nextval('message_global_seq'),
-        latest_message_at = p.created_at,
-        updated_at = p.created_at,
-        roster_generation = s.roster_generation + p.roster_bump
-    FROM p
-    WHERE s.id = p.scope_id
-      AND s.latest_seq = p.expected_seq
-      AND s.roster_generation = p.expected_generation
-      AND p.created_at <= clock_timestamp()
-      AND NOT EXISTS (SELECT 1 FROM existing e WHERE e.ord = p.ord)
-      AND (p.parent_id IS NULL OR EXISTS (
-          SELECT 1 FROM scopes parent
-          WHERE parent.id = p.parent_id AND parent.roster_generation = p.parent_generation))
-    RETURNING p.ord, s.latest_seq AS seq, s.latest_global_seq AS global_seq
+    SET latest_seq = s.latest_seq + c.n,
+        latest_global_seq = c.gseqs[c.n],
+        latest_message_at = c.last_at,
+        updated_at = c.last_at,
+        roster_generation = s.roster_generation + c.roster_bump
+    FROM chain c
+    WHERE s.id = c.scope_id
+      AND s.latest_seq = c.expected_seq
+      AND s.roster_generation = c.expected_generation
+      AND c.last_at <= clock_timestamp()
+      AND c.parent_ok
+    RETURNING c.scope_id, c.gseqs
 ), message AS (
     INSERT INTO scope_messages (
         id, workspace_id, scope_id, seq, workspace_global_seq, author_member_id, author_type,
         notify_principal_member_id, idempotency_subject_member_id, client_message_id,
         idempotency_payload_digest, message_type, content, metadata, created_at, updated_at)
-    SELECT p.message_id, p.workspace_id, p.scope_id, b.seq, b.global_seq, p.author_id,
-        p.author_type, p.author_id, p.author_id, p.client_message_id, decode(p.digest, 'hex'),
-        p.message_type, p.content, p.metadata, p.created_at, p.created_at
-    FROM bump b JOIN p ON p.ord = b.ord
+    SELECT p.message_id, p.workspace_id, p.scope_id, p.expected_seq + 1, b.gseqs[p.k + 1],
+        p.author_id, p.author_type, p.author_id, p.author_id, p.client_message_id,
+        decode(p.digest, 'hex'), p.message_type, p.content, p.metadata, p.created_at,
+        p.created_at
+    FROM bump b JOIN p ON p.scope_id = b.scope_id
     RETURNING id, seq, workspace_global_seq
 ), sent AS (
     SELECT p.*, m.seq AS seq, m.workspace_global_seq AS global_seq
@@ -186,9 +208,10 @@ WITH p AS (
         AS j(member_id text, visibility text, owner_id text, read_own boolean, state text)
 ), notifications AS (
     INSERT INTO scope_notification_settings (scope_id, member_id, state)
-    SELECT sent.scope_id, j.member_id, j.state
+    SELECT DISTINCT ON (sent.scope_id, j.member_id) sent.scope_id, j.member_id, j.state
     FROM sent, jsonb_to_recordset(sent.joins)
         AS j(member_id text, visibility text, owner_id text, read_own boolean, state text)
+    ORDER BY sent.scope_id, j.member_id, sent.k DESC
     ON CONFLICT (scope_id, member_id) DO UPDATE SET state = excluded.state, updated_at = now()
 ), outbox AS (
     INSERT INTO scope_fanout_outbox (
@@ -207,11 +230,45 @@ UNION ALL
 SELECT 'existing', ord, id, seq, NULL, digest, NULL FROM existing
 """
 
+# Parameter types of the prepared statements (OIDs); strings are left to the
+# server's inference (0, as psycopg sends them), so text and enum-like columns
+# bind alike.
+_UNKNOWN, _BYTEA, _INT8, _TIMESTAMPTZ, _INTERVAL = 0, 17, 20, 1184, 1186
+_SEND_TYPES = {
+    "scope_id": _UNKNOWN,
+    "workspace_id": _UNKNOWN,
+    "message_id": _UNKNOWN,
+    "author_id": _UNKNOWN,
+    "author_type": _UNKNOWN,
+    "client_message_id": _UNKNOWN,
+    "digest": _BYTEA,
+    "message_type": _UNKNOWN,
+    "content": _UNKNOWN,
+    "metadata": _UNKNOWN,
+    "created_at": _TIMESTAMPTZ,
+    "expected_seq": _INT8,
+    "outbox": _UNKNOWN,
+    "wake_retry_after": _INTERVAL,
+    "replay_after": _INTERVAL,
+    "expected_generation": _INT8,
+    "roster_bump": _INT8,
+    "parent_id": _UNKNOWN,
+    "parent_generation": _INT8,
+    "joins": _UNKNOWN,
+    "plans": _UNKNOWN,
+}
+_SEND, _SEND_NAMES = Prepared.from_named("scopenode_send_v2", SEND_MESSAGE, _SEND_TYPES)
+_GROUP, _GROUP_NAMES = Prepared.from_named("scopenode_send_group_v2", SEND_GROUP, _SEND_TYPES)
+_WAKE_RETRY_TEXT = f"{WAKE_RETRY_AFTER.total_seconds()} seconds".encode()
+_REPLAY_TEXT = f"{REPLAY_AFTER.total_seconds()} seconds".encode()
+assert _GROUP_NAMES == ("plans", "wake_retry_after", "replay_after")
 
-def _group_row(ord_: int, plan: MessagePlan) -> dict[str, Any]:
+
+def _group_row(ord_: int, k: int, plan: MessagePlan) -> dict[str, Any]:
     intent = plan.intent
     return {
         "ord": ord_,
+        "k": k,
         "scope_id": intent.scope_id,
         "workspace_id": intent.workspace_id,
         "message_id": intent.message_id,
@@ -222,7 +279,7 @@ def _group_row(ord_: int, plan: MessagePlan) -> dict[str, Any]:
         "message_type": intent.message_type,
         "content": intent.content,
         "metadata": message_metadata(plan),
-        "created_at": intent.created_at.isoformat(),
+        "created_at": intent.created_at,
         "expected_seq": plan.expected_seq,
         "expected_generation": plan.expected_generation,
         "roster_bump": plan.roster_bump,
@@ -233,31 +290,54 @@ def _group_row(ord_: int, plan: MessagePlan) -> dict[str, Any]:
     }
 
 
+ChainOutcome = list[CommittedSend] | FenceLost | IdempotencyRace
+
+
+async def apply_chains(
+    conn: TrioConnection, chains: Sequence[Sequence[MessagePlan]]
+) -> list[ChainOutcome]:
+    """Commit each chain (consecutive appends to one scope; distinct scopes)
+    in one autocommitted statement.
+
+    Returns per chain its results, or the idempotency hit / fence miss that
+    made it write nothing. ``conn`` must be in autocommit mode.
+    """
+    rows = []
+    flat: list[MessagePlan] = []
+    for chain in chains:
+        for k, plan in enumerate(chain):
+            rows.append(_group_row(len(flat), k, plan))
+            flat.append(plan)
+    params = (_encoder.encode(rows), _WAKE_RETRY_TEXT, _REPLAY_TEXT)
+    with map_errors():
+        found = {row[1]: row for row in await conn.run_prepared(_GROUP, params)}
+    out: list[ChainOutcome] = []
+    base = 0
+    for chain in chains:
+        results: list[CommittedSend] = []
+        miss: FenceLost | IdempotencyRace | None = None
+        for i, plan in enumerate(chain, base):
+            row = found.get(i)
+            try:
+                results.append(committed(plan, None if row is None else (row[0], *row[2:])))
+            except FenceLost as lost:
+                miss = miss or lost
+            except IdempotencyRace as race:
+                # The more useful miss: the actor learns the existing record.
+                miss = race if not isinstance(miss, IdempotencyRace) else miss
+        base += len(chain)
+        out.append(miss if miss is not None else results)
+    return out
+
+
 async def apply_group(
     conn: TrioConnection, plans: Sequence[MessagePlan]
 ) -> list[CommittedSend | FenceLost | IdempotencyRace]:
-    """Commit one plan per scope (distinct scopes) in one autocommitted statement.
-
-    Returns per plan its result, or the fence miss / idempotency hit that made
-    it write nothing. ``conn`` must be in autocommit mode.
-    """
-    rows = [_group_row(i, plan) for i, plan in enumerate(plans)]
-    params = {
-        "plans": _json(rows),
-        "wake_retry_after": WAKE_RETRY_AFTER,
-        "replay_after": REPLAY_AFTER,
-    }
-    with map_errors():
-        cur = await conn.execute(SEND_GROUP, params)
-        found = {row[1]: row for row in await cur.fetchall()}
-    out: list[CommittedSend | FenceLost | IdempotencyRace] = []
-    for i, plan in enumerate(plans):
-        row = found.get(i)
-        try:
-            out.append(committed(plan, None if row is None else (row[0], *row[2:])))
-        except (FenceLost, IdempotencyRace) as miss:
-            out.append(miss)
-    return out
+    """``apply_chains`` for one plan per scope: per plan its result or miss."""
+    return [
+        outcome[0] if isinstance(outcome, list) else outcome
+        for outcome in await apply_chains(conn, [[plan] for plan in plans])
+    ]
 
 
 def message_metadata(plan: MessagePlan) -> dict[str, Any]:
@@ -327,9 +407,34 @@ def send_parameters(plan: MessagePlan) -> dict[str, Any]:
     }
 
 
+def _text(value: Any) -> bytes | None:
+    """A parameter in PostgreSQL's text format."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes):
+        return b"\\x" + value.hex().encode()
+    if isinstance(value, bool):
+        raise TypeError("no bool parameters in the send statement")
+    if isinstance(value, int):
+        return b"%d" % value
+    if isinstance(value, _DateTime):
+        return value.isoformat().encode()
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds()} seconds".encode()
+    raise TypeError(f"unexpected parameter type {type(value).__name__}")
+
+
+def send_values(plan: MessagePlan) -> list[bytes | None]:
+    """``send_parameters`` in the prepared statement's order, text-encoded."""
+    params = send_parameters(plan)
+    return [_text(params[name]) for name in _SEND_NAMES]
+
+
 async def _send_one(conn: TrioConnection, plan: MessagePlan) -> CommittedSend:
-    cur = await conn.execute(SEND_MESSAGE, send_parameters(plan))
-    return committed(plan, await cur.fetchone())
+    rows = await conn.run_prepared(_SEND, send_values(plan))
+    return committed(plan, rows[0] if rows else None)
 
 
 def committed(plan: MessagePlan, row: tuple[Any, ...] | None) -> CommittedSend:
@@ -372,6 +477,21 @@ _BASELINE_SQL = (
 )
 _BASELINE_NAMES = re.findall(r"%\((\w+)\)s", _BASELINE_SQL)
 RAW_SEND_BASELINE_SQL = re.sub(r"%\((\w+)\)s", "%s", _BASELINE_SQL)
+
+
+# The node marks a realtime row delivered after fan-out; the raw statement has
+# no node behind it, so its rows would stay pending and the node's outbox
+# worker would replay them ten seconds later, in the middle of the next
+# measured phase. The bench settles them right after each baseline phase.
+BASELINE_SETTLE_SQL = (
+    "UPDATE scope_fanout_outbox SET status = 'delivered', delivered_at = now()"
+    " WHERE workspace_id = %s AND status = 'pending'"
+)
+
+
+def baseline_settle_params(params: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Parameters of ``BASELINE_SETTLE_SQL`` for one worker's baseline parameters."""
+    return (params[_BASELINE_NAMES.index("workspace_id")],)
 
 
 async def prepare_baseline(conn: TrioConnection) -> tuple[Any, ...]:

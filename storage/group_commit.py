@@ -1,16 +1,17 @@
 """Group commit across scope actors.
 
 Each actor already commits the sends queued behind its running transaction
-together. With many busy scopes and one send in flight each, that is still one
-statement, one round trip and one commit per send. The committer gathers the
-batches actors hand over while its previous statement runs and commits the
-one-send batches of distinct scopes as ONE statement (``SEND_GROUP``): one
-bind, one round trip, one commit. Each scope's row stands alone in it — a
+together (a chain: consecutive appends to its scope). The committer gathers
+the chains actors hand over while its previous statement runs and commits
+them as ONE statement (``SEND_GROUP``): one bind, one round trip, one commit,
+whatever mix of scopes and chain lengths is queued — the batch adapts to the
+load, with no timer: a lone send runs at once in its caller's task, and
+whatever queued meanwhile goes next. Each scope's chain stands alone in it — a
 fence miss or an idempotency hit writes nothing for that scope and is answered
-to that actor only. Batches of several sends (one scope's chain), and a second
-batch for a scope already in the group, take the ordinary one-batch path.
-Batches of one scope always go through the same lane, so lanes never wait for
-each other on a scope row.
+to that actor only. A lone one-send batch takes the single-send statement; a
+second chain for a scope already in the group takes the ordinary one-batch
+path. Batches of one scope always go through the same lane, so lanes never
+wait for each other on a scope row.
 """
 
 from __future__ import annotations
@@ -128,11 +129,12 @@ class GroupCommitter:
         grouped: dict[str, _Job] = {}
         alone: list[_Job] = []
         for job in jobs:
-            if len(job.plans) == 1 and job.scope_id not in grouped:
+            if job.scope_id not in grouped:
                 grouped[job.scope_id] = job
             else:
                 alone.append(job)
-        if len(grouped) == 1:
+        if len(grouped) == 1 and len(jobs[0].plans) == 1:
+            # One send: the single-send statement is the cheaper plan.
             alone[:0] = grouped.values()
         elif grouped:
             await self._commit_group(conn, list(grouped.values()))
@@ -142,7 +144,7 @@ class GroupCommitter:
     async def _commit_group(self, conn: TrioConnection, jobs: list[_Job]) -> None:
         """One statement for many scopes; each job gets its own outcome."""
         try:
-            results = await applier.apply_group(conn, [job.plans[0] for job in jobs])
+            results = await applier.apply_chains(conn, [job.plans for job in jobs])
         except Exception as exc:
             if isinstance(exc, trio.Cancelled):
                 raise
@@ -153,9 +155,9 @@ class GroupCommitter:
             return
         self.transactions += 1
         for job, result in zip(jobs, results, strict=True):
-            if isinstance(result, CommittedSend):
-                self.plans_committed += 1
-                job.finish([result])
+            if isinstance(result, list):
+                self.plans_committed += len(result)
+                job.finish(result)
             else:
                 job.fail(result)
 

@@ -26,17 +26,19 @@ touch in this module): ``psycopg.errors._WaitTimeout``,
 ``psycopg._capabilities.capabilities``, ``psycopg.abc.PQGen``/``PQGenConn``,
 and the connection internals ``_connect_gen``, ``_cancel_gen``,
 ``_should_cancel``, ``_get_connection_params``, ``_autocommit``,
-``_adapters`` and the ``lock`` attribute's type.
+``_adapters`` and the ``lock`` attribute's type; for ``run_prepared``,
+``psycopg._transformer.Transformer`` and ``psycopg.generators.execute``.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import math
+import re
 import select
 import warnings
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -49,11 +51,14 @@ from psycopg import pq
 from psycopg._capabilities import capabilities
 from psycopg._conninfo_attempts import conninfo_attempts
 from psycopg._conninfo_utils import gssapi_requested
+from psycopg._transformer import Transformer
 from psycopg.abc import AdaptContext, ConnDict, ConnParam, PQGen, PQGenConn
+from psycopg.abc import Transformer as AbcTransformer
 from psycopg.adapt import AdaptersMap
 from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
 from psycopg.cursor_async import AsyncCursor
-from psycopg.pq.abc import PGconn
+from psycopg.generators import execute as execute_gen
+from psycopg.pq.abc import PGconn, PGresult
 from psycopg.rows import AsyncRowFactory
 from psycopg.waiting import Ready, Wait
 
@@ -63,6 +68,7 @@ __all__ = [
     "CANCEL_TIMEOUT",
     "Pool",
     "PoolStatistics",
+    "Prepared",
     "TrioConnection",
     "connect",
     "dsn_for_database",
@@ -84,6 +90,46 @@ _ACTIVE = pq.TransactionStatus.ACTIVE
 _INTRANS = pq.TransactionStatus.INTRANS
 _INERROR = pq.TransactionStatus.INERROR
 _CONN_OK = pq.ConnStatus.OK
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = pq.ExecStatus.COMMAND_OK
+_FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
+# invalid_sql_statement_name: the server forgot a statement (DEALLOCATE ALL,
+# DISCARD ALL run by someone else on this connection).
+_NO_SUCH_STATEMENT = "26000"
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A statement converted once at import: ``$n`` placeholders, fixed
+    parameter types (OIDs), a server-side name. ``TrioConnection.run_prepared``
+    prepares it on first use per connection and then only binds text
+    parameters the caller already encoded: no query conversion, no adapter
+    lookup, no cursor per call."""
+
+    name: bytes
+    sql: bytes
+    types: tuple[int, ...]
+
+    @classmethod
+    def from_named(
+        cls, name: str, sql: str, types: dict[str, int]
+    ) -> tuple[Prepared, tuple[str, ...]]:
+        """Convert ``%(name)s`` placeholders; returns the statement and the
+        parameter names in ``$n`` order (a repeated name is one parameter)."""
+        order: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            key = match.group(1)
+            if key not in order:
+                order.append(key)
+            return f"${order.index(key) + 1}"
+
+        converted = re.sub(r"%\((\w+)\)s", number, sql)
+        if "%" in converted.replace("%%", ""):
+            raise ValueError(f"{name}: stray % in statement")
+        oids = tuple(types[key] for key in order)
+        return cls(name.encode(), converted.replace("%%", "%").encode(), oids), tuple(order)
+
 
 _POLL_MASKS = {
     Wait.R: select.POLLIN,
@@ -243,6 +289,9 @@ class TrioConnection(psycopg.AsyncConnection[Any]):
         # The base class uses an asyncio.Lock; every user only does
         # `async with self.lock`, which trio.Lock supports.
         self.lock = trio.Lock()  # type: ignore[assignment]
+        # Names of the Prepared statements this session has prepared.
+        self._prepared_here: set[bytes] = set()
+        self._loader: AbcTransformer | None = None
 
     @classmethod
     async def connect(
@@ -303,6 +352,51 @@ class TrioConnection(psycopg.AsyncConnection[Any]):
             if not isinstance(exc, Exception) and self._statement_in_flight():
                 await self._abort_statement(gen)
             raise
+
+    async def run_prepared(
+        self, stmt: Prepared, params: Sequence[bytes | None]
+    ) -> list[tuple[Any, ...]]:
+        """Run ``stmt`` with text-format ``params``; return its rows, decoded.
+
+        The hot path of a send: one ``send_query_prepared`` and one wait, the
+        connection's lock held throughout. Needs autocommit or an open
+        transaction (it never issues BEGIN itself). A statement the server
+        forgot is prepared again and retried once when no transaction is open.
+        """
+        async with self.lock:
+            pgconn = self.pgconn
+            if not self._autocommit and pgconn.transaction_status == _IDLE:
+                raise e.ProgrammingError("run_prepared needs autocommit or a transaction")
+            for attempt in (0, 1):
+                if stmt.name not in self._prepared_here:
+                    pgconn.send_prepare(stmt.name, stmt.sql, param_types=stmt.types)
+                    self._check(await self.wait(execute_gen(pgconn)), _COMMAND_OK)
+                    self._prepared_here.add(stmt.name)
+                pgconn.send_query_prepared(stmt.name, params)
+                results = await self.wait(execute_gen(pgconn))
+                res = results[-1]
+                if (
+                    attempt == 0
+                    and res.status == _FATAL_ERROR
+                    and res.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT.encode()
+                ):
+                    self._prepared_here.discard(stmt.name)
+                    if pgconn.transaction_status == _IDLE:
+                        continue
+                self._check(results, _TUPLES_OK)
+                loader = self._loader
+                if loader is None:
+                    loader = self._loader = Transformer(self)
+                loader.set_pgresult(res)
+                return loader.load_rows(0, res.ntuples, tuple)
+        raise AssertionError("unreachable")
+
+    def _check(self, results: list[PGresult], expected: pq.ExecStatus) -> None:
+        for res in results:
+            if res.status == _FATAL_ERROR:
+                raise e.error_from_result(res, encoding=self.pgconn._encoding)
+            if res.status != expected:
+                raise e.InternalError(f"unexpected result status {res.status}")
 
     async def cancel_safe(self, *, timeout: float = 30.0) -> None:
         """Ask the server to cancel the running statement (non-blocking on trio).
