@@ -289,8 +289,9 @@ class ScopeState:
         if known is not None:
             return Immediate(self._replay(known, digest, cmd))
         if not can_post(self.visibility, author) and not self._admits_poster(cmd, now):
-            if self.thread is not None and not reloaded:
-                # The parent roster is cached: the author may have joined it since.
+            if not reloaded:
+                # The roster (a thread's: the parent's) is cached: the author may
+                # have joined since through another node or the admin CLI.
                 return NeedsReload()
             return Immediate(OperationError(ErrorCode.FORBIDDEN, "not a member of this scope"))
         if cmd.recipient_members:

@@ -180,9 +180,9 @@ async def first_run(services: Services, data_dir: Path) -> None:
     """On an empty database: a demo workspace, one human, #general, a token to print."""
     token_file = data_dir / "demo-token"
     async with services.pool.connection() as conn:
-        if await directory.first_human(conn) is not None:
+        if (first := await directory.first_human(conn)) is not None:
             if token_file.exists():
-                _announce(services, token_file.read_text().strip())
+                _announce(services, first.workspace_id, token_file.read_text().strip())
             return
         workspace_id = await directory.create_workspace(conn, "demo")
         human = await directory.create_member(
@@ -195,10 +195,11 @@ async def first_run(services: Services, data_dir: Path) -> None:
             name="General",
             visibility="public",
             description="Everyone",
+            default=True,
         )
         token = await directory.issue_token(conn, human.id)
     await trio.to_thread.run_sync(_write_secret, token_file, token)
-    _announce(services, token)
+    _announce(services, workspace_id, token)
 
 
 def _write_secret(path: Path, text: str) -> None:
@@ -207,11 +208,23 @@ def _write_secret(path: Path, text: str) -> None:
     path.chmod(0o600)
 
 
-def _announce(services: Services, token: str) -> None:
+def _announce(services: Services, workspace_id: str, token: str) -> None:
     settings = services.settings
     print(
         f"scopenode ready: ws://{settings.host}:{services.port}/v1/ws  "
         f"web client: http://{settings.host}:{services.port}/\n"
+        f"workspace: {workspace_id}\n"
+        f"login: {login_link(settings.host, services.port, token)}\n"
         f"demo token: {token}",
         flush=True,
     )
+
+
+def login_link(host: str, port: int, token: str) -> str:
+    """The web client's one-click sign-in: the token rides in the fragment,
+    which browsers never send to a server or put in a Referer."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"  # a wildcard address is not something to click
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/#token={token}"

@@ -1,30 +1,55 @@
-"""``scopenode``: serve, administration (PROTOCOL.md's contract), db verify, bench.
+"""``scopenode``: serve, administration, db verify, bench.
 
-Admin commands print one JSON object on stdout; errors go to stderr with a
-non-zero exit. Without ``--database-url``/``DATABASE_URL`` they use the
-embedded PostgreSQL of ``--data-dir``, starting it for their own use when no
-node is running and stopping it again.
+Admin commands print one JSON object on stdout. Every error is one line on
+stderr naming the argument and what is wrong, with exit code 2: never a
+database message or a traceback. Without ``--database-url``/``DATABASE_URL``
+they use the embedded PostgreSQL of ``--data-dir``, starting it for their own
+use when no node is running and stopping it again.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
+import re
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import psycopg
 import trio
 
 from actors.model import MemberType
 from node import logs
 from node.config import Settings
 from node.database import open_database, verify
-from storage import directory
-from storage.errors import StorageError, UniqueViolation
-from storage.pg import connect
+from storage import directory, scopes
+from storage.errors import (
+    DatabaseUnavailable,
+    EmbeddedPostgresError,
+    StorageError,
+    UniqueViolation,
+)
+from storage.pg import TrioConnection, connect
+from storage.schema import SchemaError
+
+# The same patterns as the schema's CHECKs, so bad input is named before the
+# database would answer with a constraint name.
+HANDLE_PATTERN = "[a-z0-9][a-z0-9_.-]{0,63}"
+SLUG_PATTERN = "[a-z0-9][a-z0-9_-]{0,79}"
+WORKSPACE_NAME_MAX = 200
+USAGE_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block): ``prog: what is wrong``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: {message}\n")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +58,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="scopenode", description=__doc__)
+    parser = _Parser(prog="scopenode", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run a node")
@@ -47,18 +72,34 @@ def build_parser() -> argparse.ArgumentParser:
     admin_commands = admin.add_subparsers(dest="admin_command", required=True)
     workspace = admin_commands.add_parser("create-workspace")
     workspace.add_argument("--name", required=True)
-    member = admin_commands.add_parser("create-member")
+    member = admin_commands.add_parser(
+        "create-member",
+        help="a new member; humans and public agents join the default channels",
+    )
     member.add_argument("--workspace", required=True)
     member.add_argument("--type", required=True, choices=[t.value for t in MemberType])
     member.add_argument("--handle", required=True)
     member.add_argument("--display-name", default=None)
     member.add_argument("--owner", default=None)
     member.add_argument("--private", action="store_true")
+    member.add_argument(
+        "--join",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="#SLUG",
+        help="more channels to join besides the workspace's default ones",
+    )
     token = admin_commands.add_parser("issue-token")
     token.add_argument("--member", required=True)
     revoke = admin_commands.add_parser("revoke-token")
     revoke.add_argument("--token", required=True)
-    for sub in (workspace, member, token, revoke):
+    list_workspaces = admin_commands.add_parser("list-workspaces")
+    list_members = admin_commands.add_parser("list-members")
+    list_members.add_argument("--workspace", required=True)
+    list_channels = admin_commands.add_parser("list-channels")
+    list_channels.add_argument("--workspace", required=True)
+    for sub in (workspace, member, token, revoke, list_workspaces, list_members, list_channels):
         _common(sub)
 
     db = commands.add_parser("db", help="database maintenance")
@@ -72,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class CliError(Exception):
-    pass
+    """A one-line error for the operator: ``--argument: what is wrong``."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,16 +131,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = trio.run(_with_database, args, _ADMIN[args.admin_command])
         else:
             result = trio.run(_with_database, args, _db_verify)
-    except (CliError, StorageError) as exc:
-        print(f"scopenode: {exc}", file=sys.stderr)
-        return 1
+    except (CliError, StorageError, SchemaError, psycopg.Error) as exc:
+        print(f"scopenode: {_describe(args, exc)}", file=sys.stderr)
+        return USAGE_ERROR
     print(json.dumps(result))
     return 0 if result.get("ok", True) else 1
+
+
+def _describe(args: argparse.Namespace, exc: Exception) -> str:
+    """One line in words; a database's own message never reaches the operator."""
+    if isinstance(exc, CliError | EmbeddedPostgresError | SchemaError):
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, DatabaseUnavailable | psycopg.OperationalError):
+        if args.database_url or Settings.database_url_from_env():
+            return "--database-url: cannot reach the database"
+        return f"--data-dir: cannot reach the embedded database of {args.data_dir}"
+    code = exc.code if isinstance(exc, StorageError) else type(exc).__name__
+    return f"the database refused the command ({code})"
 
 
 def _serve(args: argparse.Namespace) -> int:
     from node.app import serve_node
 
+    problem = _listen_problem(args.host, args.port)
+    if problem is not None:
+        # Checked before anything is created: a busy port must not leave a
+        # freshly initialised data dir behind.
+        print(f"scopenode: {problem}", file=sys.stderr)
+        return USAGE_ERROR
     settings = Settings(
         host=args.host,
         port=args.port,
@@ -109,9 +168,50 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
     )
     logs.configure(settings.log_level)
-    with contextlib.suppress(KeyboardInterrupt):
-        trio.run(serve_node, settings)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            trio.run(serve_node, settings)
+    except BaseException as exc:
+        # Another process may take the port between the check and the bind.
+        if not _address_in_use(exc):
+            raise
+        print(f"scopenode: port {args.port} is in use; pass --port", file=sys.stderr)
+        return USAGE_ERROR
     return 0
+
+
+def _listen_problem(host: str, port: int) -> str | None:
+    """Why the node could not listen on (host, port), tried as trio will bind it."""
+    if not 0 <= port <= 65535:
+        return f"--port: {port} is not a TCP port (0 to 65535)"
+    if port == 0:
+        return None
+    try:
+        addresses = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror:
+        return f"--host: cannot resolve {host!r}"
+    for family, type_, proto, _, address in addresses:
+        with socket.socket(family, type_, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return f"port {port} is in use; pass --port"
+                return f"--host: cannot listen on {host} ({exc.strerror})"
+    return None
+
+
+def _address_in_use(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno == errno.EADDRINUSE
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_address_in_use(inner) for inner in exc.exceptions)
+    return False
 
 
 Handler = Callable[[argparse.Namespace, str], Awaitable[dict[str, Any]]]
@@ -123,52 +223,140 @@ async def _with_database(args: argparse.Namespace, handler: Handler) -> dict[str
         return await handler(args, dsn)
 
 
+async def _workspace(conn: TrioConnection, workspace_id: str) -> str:
+    if await directory.workspace_name(conn, workspace_id) is None:
+        raise CliError(f"--workspace: no workspace {workspace_id}")
+    return workspace_id
+
+
 async def _create_workspace(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    if not 1 <= len(args.name) <= WORKSPACE_NAME_MAX:
+        raise CliError(f"--name: must be 1 to {WORKSPACE_NAME_MAX} characters")
     async with await connect(dsn, autocommit=True) as conn:
         return {"workspaceId": await directory.create_workspace(conn, args.name)}
 
 
 async def _create_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    handle = args.handle.lower()
+    if not re.fullmatch(HANDLE_PATTERN, handle):
+        raise CliError(f"--handle: must match {HANDLE_PATTERN}")
     if args.private and not args.owner:
-        raise CliError("--private needs --owner")
-    if args.private and args.type != "agent":
-        raise CliError("only agents can be private")
+        raise CliError("--private: needs --owner")
+    if args.private and args.type != MemberType.AGENT.value:
+        raise CliError("--private: only agents can be private")
+    if args.private and args.join:
+        raise CliError("--join: a private agent joins channels through its owner (invite)")
+    slugs = [slug.removeprefix("#").lower() for slug in args.join]
+    for slug in slugs:
+        if not re.fullmatch(SLUG_PATTERN, slug):
+            raise CliError(f"--join: #{slug} is not a channel name ({SLUG_PATTERN})")
     async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _workspace(conn, args.workspace)
         if args.owner:
             owner = await directory.get_member(conn, args.owner)
-            if owner is None or owner.workspace_id != args.workspace:
-                raise CliError(f"no member {args.owner} in workspace {args.workspace}")
+            if owner is None or owner.workspace_id != workspace_id:
+                raise CliError(f"--owner: no member {args.owner} in workspace {workspace_id}")
             if owner.type is not MemberType.HUMAN:
-                raise CliError("an owner must be a human member")
+                raise CliError(f"--owner: {args.owner} is not a human member")
+        if await directory.get_member_by_handle(conn, workspace_id, handle) is not None:
+            raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}")
+        extra = []
+        for slug in slugs:
+            scope_id = await scopes.channel_by_slug(conn, workspace_id, slug)
+            if scope_id is None:
+                raise CliError(f"--join: no channel #{slug} in workspace {workspace_id}")
+            extra.append(scope_id)
         try:
-            member = await directory.create_member(
-                conn,
-                workspace_id=args.workspace,
-                type_=MemberType(args.type),
-                handle=args.handle,
-                display_name=args.display_name,
-                owner_member_id=args.owner,
-                private=args.private,
-            )
+            # One transaction: a member is never left half onboarded.
+            async with conn.transaction():
+                member = await directory.create_member(
+                    conn,
+                    workspace_id=workspace_id,
+                    type_=MemberType(args.type),
+                    handle=handle,
+                    display_name=args.display_name,
+                    owner_member_id=args.owner,
+                    private=args.private,
+                )
+                joined = await scopes.join_on_creation(conn, member, extra)
         except UniqueViolation:
-            raise CliError(f"handle {args.handle!r} is taken in that workspace") from None
-        except StorageError as exc:
-            raise CliError(f"cannot create member: {exc}") from None
-    return {"memberId": member.id}
+            # A concurrent create-member took the handle after the check.
+            raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}") from None
+        channels = {c.scope_id: c.slug for c in await scopes.admin_channels(conn, workspace_id)}
+    return {"memberId": member.id, "channels": [f"#{channels[s]}" for s in joined]}
 
 
 async def _issue_token(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     async with await connect(dsn, autocommit=True) as conn:
         if await directory.get_member(conn, args.member) is None:
-            raise CliError(f"no member {args.member}")
+            raise CliError(f"--member: no member {args.member}")
         return {"token": await directory.issue_token(conn, args.member)}
 
 
 async def _revoke_token(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     async with await connect(dsn, autocommit=True) as conn:
         if not await directory.revoke_token(conn, args.token):
-            raise CliError("no such active token")
+            raise CliError("--token: no such active token")
     return {"revoked": True}
+
+
+async def _list_workspaces(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        workspaces = await directory.list_workspaces(conn)
+    return {
+        "workspaces": [
+            {
+                "workspaceId": w.id,
+                "name": w.name,
+                "createdAt": w.created_at.isoformat(),
+                "memberCount": w.members,
+            }
+            for w in workspaces
+        ]
+    }
+
+
+async def _list_members(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _workspace(conn, args.workspace)
+        members = await directory.list_members(conn, workspace_id)
+    return {
+        "workspaceId": workspace_id,
+        "members": [
+            {
+                "memberId": m.id,
+                "handle": m.handle,
+                "displayName": m.display_name,
+                "type": m.type.value,
+                "private": m.is_private,
+                "ownerMemberId": m.owner_member_id,
+                "status": status,
+            }
+            for m, status in members
+        ],
+    }
+
+
+async def _list_channels(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _workspace(conn, args.workspace)
+        channels = await scopes.admin_channels(conn, workspace_id)
+    return {
+        "workspaceId": workspace_id,
+        "channels": [
+            {
+                "scopeId": c.scope_id,
+                "slug": c.slug,
+                "name": c.name,
+                "visibility": c.visibility,
+                "default": c.default,
+                "ownerMemberId": c.owner_member_id,
+                "memberCount": c.members,
+                "latestSeq": c.latest_seq,
+            }
+            for c in channels
+        ],
+    }
 
 
 async def _db_verify(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
@@ -183,4 +371,7 @@ _ADMIN: dict[str, Handler] = {
     "create-member": _create_member,
     "issue-token": _issue_token,
     "revoke-token": _revoke_token,
+    "list-workspaces": _list_workspaces,
+    "list-members": _list_members,
+    "list-channels": _list_channels,
 }

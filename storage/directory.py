@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from actors.ids import new_id
@@ -24,6 +26,14 @@ SELECT_MEMBERS = f"SELECT {MEMBER_COLUMNS} FROM members WHERE id = ANY(%s::text[
 SELECT_MEMBER_BY_HANDLE = (
     f"SELECT {MEMBER_COLUMNS} FROM members WHERE workspace_id = %s AND handle = %s"
 )
+SELECT_WORKSPACE = "SELECT id, name FROM workspaces WHERE id = %s"
+SELECT_WORKSPACES = """
+SELECT w.id, w.name, w.created_at, (SELECT count(*) FROM members m WHERE m.workspace_id = w.id)
+FROM workspaces w ORDER BY w.created_at, w.id
+"""
+SELECT_WORKSPACE_MEMBERS = f"""
+SELECT {MEMBER_COLUMNS}, status FROM members WHERE workspace_id = %s ORDER BY created_at, id
+"""
 INSERT_TOKEN = "INSERT INTO credentials (member_id, token_hash) VALUES (%s, %s)"
 # Every node LISTENs here; the notification is delivered at commit, so a node
 # closes the token's live sessions as soon as the revocation is durable.
@@ -46,6 +56,14 @@ WHERE c.token_hash = %s AND c.revoked_at IS NULL AND m.status = 'active'
 FIRST_HUMAN = f"""
 SELECT {MEMBER_COLUMNS} FROM members WHERE type = 'human' ORDER BY created_at LIMIT 1
 """
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceListing:
+    id: str
+    name: str
+    created_at: datetime
+    members: int
 
 
 def token_hash(token: str) -> bytes:
@@ -174,3 +192,26 @@ async def first_human(conn: TrioConnection) -> Member | None:
         cur = await conn.execute(FIRST_HUMAN)
         row = await cur.fetchone()
     return member_from_row(row) if row else None
+
+
+async def workspace_name(conn: TrioConnection, workspace_id: str) -> str | None:
+    """The workspace's name, or None when there is no such workspace."""
+    with map_errors():
+        cur = await conn.execute(SELECT_WORKSPACE, (workspace_id,))
+        row = await cur.fetchone()
+    return str(row[1]) if row else None
+
+
+async def list_workspaces(conn: TrioConnection) -> list[WorkspaceListing]:
+    with map_errors():
+        cur = await conn.execute(SELECT_WORKSPACES)
+        rows = await cur.fetchall()
+    return [WorkspaceListing(row[0], row[1], row[2], int(row[3])) for row in rows]
+
+
+async def list_members(conn: TrioConnection, workspace_id: str) -> list[tuple[Member, str]]:
+    """Every member of the workspace with its status, oldest first."""
+    with map_errors():
+        cur = await conn.execute(SELECT_WORKSPACE_MEMBERS, (workspace_id,))
+        rows = await cur.fetchall()
+    return [(member_from_row(row), str(row[7])) for row in rows]

@@ -19,7 +19,10 @@ from importlib import resources
 
 import psycopg
 
-MIGRATIONS: tuple[tuple[int, str, str], ...] = ((1, "initial", "schema_v1.sql"),)
+MIGRATIONS: tuple[tuple[int, str, str], ...] = (
+    (1, "initial", "schema_v1.sql"),
+    (2, "default_channels", "schema_v2_default_channels.sql"),
+)
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators
 _BOOKKEEPING = "schema_migrations"
 

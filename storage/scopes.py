@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,7 @@ from actors.model import (
     IdempotencyRecord,
     Member,
     Membership,
+    MemberType,
     NotificationState,
     PrivateGrant,
     ScopeInfo,
@@ -61,8 +63,23 @@ RETURNING id
 """
 INSERT_PROFILE = """
 INSERT INTO scope_channel_profiles
-    (scope_id, workspace_id, slug, display_name, description, visibility, owner_member_id)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
+    (scope_id, workspace_id, slug, display_name, description, visibility, owner_member_id,
+     is_default)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+"""
+SELECT_DEFAULT_CHANNELS = """
+SELECT scope_id FROM scope_channel_profiles WHERE workspace_id = %s AND is_default ORDER BY slug
+"""
+# Every channel of the workspace for the operator (admin list-channels), with
+# its current member count; not a member's view, so private channels included.
+SELECT_ADMIN_CHANNELS = """
+SELECT p.scope_id, p.slug, p.display_name, p.visibility, p.is_default, p.owner_member_id,
+       s.latest_seq,
+       (SELECT count(*) FROM scope_memberships m
+        WHERE m.scope_id = p.scope_id AND m.effective_to_seq IS NULL)
+FROM scope_channel_profiles p JOIN scopes s ON s.id = p.scope_id
+WHERE p.workspace_id = %s
+ORDER BY p.slug
 """
 MEMBER_COLUMNS_M = (
     "mem.id, mem.workspace_id, mem.type, mem.handle, mem.display_name, "
@@ -256,21 +273,94 @@ async def create_channel(
     name: str,
     visibility: str,
     description: str,
+    default: bool = False,
 ) -> str:
     """Scope + profile + the creator's membership, in one transaction."""
     scope_id = new_id("scp")
+    profile = (scope_id, creator.workspace_id, slug, name, description, visibility, creator.id)
     with map_errors():
         async with conn.transaction():
             await conn.execute(
                 INSERT_SCOPE,
                 (scope_id, creator.workspace_id, "channel", None, creator.id, None, None),
             )
-            await conn.execute(
-                INSERT_PROFILE,
-                (scope_id, creator.workspace_id, slug, name, description, visibility, creator.id),
-            )
+            await conn.execute(INSERT_PROFILE, (*profile, default))
             await _insert_membership(conn, scope_id, creator, "public", None)
     return scope_id
+
+
+@dataclass(frozen=True, slots=True)
+class AdminChannel:
+    scope_id: str
+    slug: str
+    name: str
+    visibility: str
+    default: bool
+    owner_member_id: str
+    latest_seq: int
+    members: int
+
+
+async def admin_channels(conn: TrioConnection, workspace_id: str) -> list[AdminChannel]:
+    """Every channel of the workspace, private ones included (the operator's view)."""
+    with map_errors():
+        cur = await conn.execute(SELECT_ADMIN_CHANNELS, (workspace_id,))
+        rows = await cur.fetchall()
+    return [
+        AdminChannel(
+            scope_id=row[0],
+            slug=row[1],
+            name=row[2],
+            visibility=row[3],
+            default=bool(row[4]),
+            owner_member_id=row[5],
+            latest_seq=int(row[6]),
+            members=int(row[7]),
+        )
+        for row in rows
+    ]
+
+
+async def join_on_creation(
+    conn: TrioConnection, member: Member, extra: Sequence[str] = ()
+) -> list[str]:
+    """Join a member just created to its workspace's default channels and to
+    ``extra`` (channel scope ids); the scope ids joined, in the caller's transaction.
+
+    Humans and public agents get the defaults; a private agent enters channels
+    only through its owner, and a service member only where it is put. A
+    workspace without a default gets ``#general`` (a default, founded by this
+    member) so that every team has somewhere to start.
+    """
+    joined: list[str] = []
+    if member.type in (MemberType.HUMAN, MemberType.AGENT) and not member.is_private_agent:
+        with map_errors():
+            cur = await conn.execute(SELECT_DEFAULT_CHANNELS, (member.workspace_id,))
+            defaults = [str(row[0]) for row in await cur.fetchall()]
+        if not defaults and await channel_by_slug(conn, member.workspace_id, "general") is None:
+            founded = await create_channel(
+                conn,
+                creator=member,
+                slug="general",
+                name="General",
+                visibility="public",
+                description="Everyone",
+                default=True,
+            )
+            joined.append(founded)
+        extra = [*defaults, *extra]
+    for scope_id in dict.fromkeys(extra):
+        if scope_id not in joined:
+            await join(
+                conn,
+                scope_id,
+                member,
+                visibility="public",
+                owner_member_id=None,
+                state=NotificationState.ACTIVE,
+            )
+            joined.append(scope_id)
+    return joined
 
 
 async def get_or_create_dm(conn: TrioConnection, a: Member, b: Member) -> str:

@@ -82,10 +82,11 @@ async def admin(database_url: str, command: str, *args: str) -> Result:
 
 
 def assert_failed(result: Result, what: object = None) -> None:
-    """Errors: non-zero exit, a message on stderr, nothing on stdout."""
-    assert result.returncode != 0, (what, result)
+    """Errors: exit 2, one line in words on stderr, nothing on stdout."""
+    assert result.returncode == 2, (what, result)
     assert result.stdout == "", (what, result)
-    assert result.stderr.strip(), (what, result)
+    assert len(result.stderr.strip().splitlines()) == 1, (what, result)
+    assert "Traceback" not in result.stderr, (what, result)
 
 
 def _free_port() -> int:
@@ -311,7 +312,7 @@ async def test_admin_contract(database_url: str, tmp_path: Path) -> None:
         created = (
             await admin(database_url, "create-member", "--workspace", workspace_id, *args)
         ).json()
-        assert set(created) == {"memberId"}
+        assert set(created) == {"memberId", "channels"}
         member_id: str = created["memberId"]
         return member_id
 

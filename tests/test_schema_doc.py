@@ -1,8 +1,9 @@
 """docs/schema.md gives every table and column of the schema a meaning.
 
-The SQL definition is parsed (CREATE TABLE blocks, one column per top-level
-item); the doc must have a ``## `table` `` section per table with a
-``| `column` | type | … |`` row per column, and nothing the SQL lacks.
+The SQL definition (every migration, in order) is parsed (CREATE TABLE blocks,
+one column per top-level item, and ALTER TABLE … ADD COLUMN); the doc must
+have a ``## `table` `` section per table with a ``| `column` | type | … |``
+row per column, and nothing the SQL lacks.
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from storage.schema import CREATE_BOOKKEEPING
+from storage.schema import CREATE_BOOKKEEPING, migrations
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_SQL = ROOT / "storage" / "schema_v1.sql"
+SCHEMA_SQL = "\n".join(migration.sql for migration in migrations())
 SCHEMA_DOC = ROOT / "docs" / "schema.md"
 
 _CREATE_TABLE = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+) \((.*?)\n\);", re.S)
 _CREATE_SEQUENCE = re.compile(r"CREATE SEQUENCE (\w+)")
+_ALTER_TABLE = re.compile(r"ALTER TABLE (\w+)\s+(.*?);", re.S)
+_ADD_COLUMN = re.compile(r"ADD COLUMN (?:IF NOT EXISTS )?(\w+) (\S+)")
 _TABLE_CONSTRAINTS = {"PRIMARY", "UNIQUE", "CHECK", "EXCLUDE", "CONSTRAINT", "FOREIGN"}
 _HEADING = re.compile(r"^## `(\w+)`\s*$")
 _ROW = re.compile(r"^\| `(\w+)` \| ([^|]+?) \|")
@@ -57,6 +60,9 @@ def parse_tables(sql: str) -> dict[str, dict[str, str]]:
                 continue
             columns[words[0]] = words[1]
         tables[name] = columns
+    for name, body in _ALTER_TABLE.findall(_strip_comments(sql)):
+        for column, type_ in _ADD_COLUMN.findall(body):
+            tables[name][column] = type_.rstrip(",")
     return tables
 
 
@@ -75,7 +81,7 @@ def parse_doc(text: str) -> dict[str, dict[str, str]]:
 
 def _schema() -> dict[str, dict[str, str]]:
     bookkeeping = CREATE_BOOKKEEPING.strip() + ";"  # schema_migrations, from storage/schema.py
-    return parse_tables(SCHEMA_SQL.read_text(encoding="utf-8") + "\n" + bookkeeping)
+    return parse_tables(SCHEMA_SQL + "\n" + bookkeeping)
 
 
 def test_parser_reads_columns_and_skips_table_constraints() -> None:
@@ -93,6 +99,8 @@ CREATE TABLE t (
 );
 """
     assert parse_tables(sql) == {"t": {"id": "text", "span": "int8range", "n": "bigint"}}
+    added = sql + "ALTER TABLE t\n    ADD COLUMN flag boolean NOT NULL,\n    ADD CHECK (flag);\n"
+    assert parse_tables(added)["t"]["flag"] == "boolean"
 
 
 def test_schema_parse_finds_the_seed_tables() -> None:
@@ -132,5 +140,5 @@ def test_doc_describes_nothing_the_schema_lacks() -> None:
 
 def test_every_sequence_is_documented() -> None:
     doc = SCHEMA_DOC.read_text(encoding="utf-8")
-    for sequence in _CREATE_SEQUENCE.findall(SCHEMA_SQL.read_text(encoding="utf-8")):
+    for sequence in _CREATE_SEQUENCE.findall(SCHEMA_SQL):
         assert f"## Sequence `{sequence}`" in doc

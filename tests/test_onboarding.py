@@ -1,0 +1,314 @@
+"""Onboarding a team: default channels, the admin CLI's lists and errors, a
+login that needs only the token (``GET /v1/whoami``), and a busy port.
+
+Admin commands run as real subprocesses (``python -m node``) against the
+per-test database; the node runs in-process and is reached over real sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import trio
+
+from node.client import open_client
+from tests.nodes import RunningNode, running_node
+from tests.test_cli import REPO, Result, _env, admin, assert_failed, scopenode
+
+LIVE_TIMEOUT = 10.0
+
+
+async def http_request(port: int, path: str, headers: dict[str, str] | None = None) -> Any:
+    """(status, JSON body) of a GET on the node's port."""
+    lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode())
+            chunks = []
+            while data := await stream.receive_some(65536):
+                chunks.append(data)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(body)
+
+
+async def whoami(node: RunningNode, token: str) -> dict[str, Any]:
+    status, body = await http_request(
+        node.services.port, "/v1/whoami", {"Authorization": f"Bearer {token}"}
+    )
+    assert status == 200, body
+    assert isinstance(body, dict)
+    return body
+
+
+def one_line_error(result: Result, argument: str) -> str:
+    """The failure contract: exit 2, one line naming ``argument``, no database words."""
+    assert_failed(result, argument)
+    line = result.stderr.strip()
+    assert argument in line, result
+    for database_words in ("violates", "constraint", "psycopg", "DETAIL", "ERROR:"):
+        assert database_words not in line, result
+    return line
+
+
+async def test_member_created_after_start_joins_general_and_reads_its_history(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path) as node:
+        demo_token = (tmp_path / "demo-token").read_text().strip()
+        demo = await whoami(node, demo_token)
+        workspace = demo["workspaceId"]
+        assert demo["handle"] == "demo"
+        url = f"{node.url}?workspace={workspace}"
+
+        async with open_client(url, demo_token) as alice:
+            for text in ("welcome, team", "the plan is in #general"):
+                assert (await alice.send("#general", text))["state"] == "sent"
+
+            created = (
+                await admin(
+                    database_url, "create-member", "--workspace", workspace,
+                    "--type", "human", "--handle", "ann", "--display-name", "Ann",
+                )
+            ).json()  # fmt: skip
+            assert created["channels"] == ["#general"]
+            token = await admin(database_url, "issue-token", "--member", created["memberId"])
+            ann_token = token.json()["token"]
+
+            # Only the token: the node says which workspace it belongs to.
+            ann_who = await whoami(node, ann_token)
+            assert ann_who["workspaceId"] == workspace
+            assert ann_who["memberId"] == created["memberId"]
+            ann_url = f"{node.url}?workspace={ann_who['workspaceId']}"
+            async with open_client(ann_url, ann_token) as ann:
+                listed = (await ann.request("scopes"))["scopes"]
+                assert [s["slug"] for s in listed] == ["general"]
+                page = await ann.history("#general")
+                assert [m["content"] for m in page["messages"]] == [
+                    "welcome, team",
+                    "the plan is in #general",
+                ]
+                # Live both ways: the node's #general actor learns the new roster.
+                await ann.send("#general", "hi, I am new")
+                events = await alice.events_until(
+                    lambda e: (
+                        e.get("type") == "message" and e["message"]["content"] == "hi, I am new"
+                    ),
+                    LIVE_TIMEOUT,
+                )
+                assert events[-1]["message"]["author"]["memberId"] == created["memberId"]
+                await alice.send("#general", "welcome, Ann")
+                await ann.events_until(
+                    lambda e: (
+                        e.get("type") == "message" and e["message"]["content"] == "welcome, Ann"
+                    ),
+                    LIVE_TIMEOUT,
+                )
+
+
+async def test_defaults_join_and_lists(database_url: str, tmp_path: Path) -> None:
+    workspace = (await admin(database_url, "create-workspace", "--name", "acme")).json()[
+        "workspaceId"
+    ]
+
+    async def create(*args: str) -> dict[str, Any]:
+        result = await admin(database_url, "create-member", "--workspace", workspace, *args)
+        created: dict[str, Any] = result.json()
+        return created
+
+    # A workspace's first human or public agent founds #general, its default.
+    lead = await create("--type", "human", "--handle", "lead")
+    assert lead["channels"] == ["#general"]
+    lead_token = (await admin(database_url, "issue-token", "--member", lead["memberId"])).json()
+    async with running_node(database_url, tmp_path) as node:
+        url = f"{node.url}?workspace={workspace}"
+        async with open_client(url, lead_token["token"]) as client:
+            await client.request("createChannel", slug="ops", name="Ops")
+            await client.request(
+                "createChannel", slug="secret", name="Secret", visibility="private"
+            )
+
+    helper = await create("--type", "agent", "--handle", "helper", "--join", "#ops")
+    assert helper["channels"] == ["#general", "#ops"]
+    both = await create(
+        "--type", "human", "--handle", "bea", "--join", "#ops", "secret", "--join", "#general"
+    )
+    assert both["channels"] == ["#general", "#ops", "#secret"]
+    private = await create(
+        "--type", "agent", "--handle", "lead-bot", "--owner", lead["memberId"], "--private"
+    )
+    assert private["channels"] == []
+    service = await create("--type", "service", "--handle", "ci")
+    assert service["channels"] == []
+
+    workspaces = (await admin(database_url, "list-workspaces")).json()["workspaces"]
+    assert [(w["workspaceId"], w["name"], w["memberCount"]) for w in workspaces] == [
+        (workspace, "acme", 5)
+    ]
+
+    members = (await admin(database_url, "list-members", "--workspace", workspace)).json()
+    assert members["workspaceId"] == workspace
+    by_handle = {m["handle"]: m for m in members["members"]}
+    assert list(by_handle) == ["lead", "helper", "bea", "lead-bot", "ci"]
+    assert by_handle["lead-bot"]["private"] is True
+    assert by_handle["lead-bot"]["ownerMemberId"] == lead["memberId"]
+    assert {m["type"] for m in members["members"]} == {"human", "agent", "service"}
+    assert all(m["status"] == "active" for m in members["members"])
+
+    channels = (await admin(database_url, "list-channels", "--workspace", workspace)).json()
+    summary = {
+        c["slug"]: (c["visibility"], c["default"], c["memberCount"]) for c in channels["channels"]
+    }
+    assert summary == {
+        "general": ("public", True, 3),
+        "ops": ("public", False, 3),
+        "secret": ("private", False, 2),
+    }
+
+    # The private agent is in no channel; the public members are in #general.
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT m.handle, count(sm.id) FROM members m"
+            " LEFT JOIN scope_memberships sm ON sm.member_id = m.id"
+            " AND sm.effective_to_seq IS NULL WHERE m.workspace_id = %s GROUP BY m.handle",
+            (workspace,),
+        ).fetchall()
+    assert dict(rows) == {"lead": 3, "helper": 2, "bea": 3, "lead-bot": 0, "ci": 0}
+
+
+async def test_admin_errors_are_one_line_naming_the_argument(database_url: str) -> None:
+    workspace = (await admin(database_url, "create-workspace", "--name", "acme")).json()[
+        "workspaceId"
+    ]
+    lead = (
+        await admin(
+            database_url, "create-member", "--workspace", workspace,
+            "--type", "human", "--handle", "lead",
+        )
+    ).json()  # fmt: skip
+
+    def member(*args: str) -> tuple[str, ...]:
+        return ("create-member", "--workspace", workspace, *args)
+
+    cases: list[tuple[tuple[str, ...], str, str]] = [
+        (
+            ("create-member", "--workspace", "demo", "--type", "human", "--handle", "w"),
+            "--workspace",
+            "no workspace demo",
+        ),
+        (member("--type", "human", "--handle", "Not Ok"), "--handle", "must match"),
+        (member("--type", "human", "--handle=-dash"), "--handle", "[a-z0-9][a-z0-9_.-]{0,63}"),
+        (member("--type", "human", "--handle", "lead"), "--handle", "taken"),
+        (member("--type", "robot", "--handle", "r"), "--type", "invalid choice"),
+        (member("--type", "human"), "--handle", "required"),
+        (member("--type", "agent", "--handle", "x", "--private"), "--private", "--owner"),
+        (
+            member("--type", "agent", "--handle", "y", "--owner", "mem_nobody", "--private"),
+            "--owner",
+            "no member mem_nobody",
+        ),
+        (member("--type", "human", "--handle", "z", "--join", "#nowhere"), "--join", "#nowhere"),
+        (member("--type", "human", "--handle", "z", "--join", "#Bad Slug"), "--join", "not a"),
+        (
+            member(
+                "--type",
+                "agent",
+                "--handle",
+                "p",
+                "--owner",
+                lead["memberId"],
+                "--private",
+                "--join",
+                "#general",
+            ),
+            "--join",
+            "owner",
+        ),
+        (("list-members", "--workspace", "ws_missing"), "--workspace", "no workspace"),
+        (("list-channels", "--workspace", "ws_missing"), "--workspace", "no workspace"),
+        (("issue-token", "--member", "mem_nobody"), "--member", "no member"),
+        (("revoke-token", "--token", "snt_never"), "--token", "no such"),
+        (("create-workspace", "--name", ""), "--name", "characters"),
+        (("create-workspace",), "--name", "required"),
+    ]
+    results: dict[int, Result] = {}
+
+    async def run(index: int, args: tuple[str, ...]) -> None:
+        results[index] = await admin(database_url, *args)
+
+    async with trio.open_nursery() as nursery:
+        for index, (args, _, _) in enumerate(cases):
+            nursery.start_soon(run, index, args)
+    for index, (args, argument, words) in enumerate(cases):
+        line = one_line_error(results[index], argument)
+        assert words in line, (args, line)
+
+    # An unreachable database is named as the argument too, with no driver text.
+    unreachable = await scopenode(
+        "admin", "list-workspaces", "--database-url", "postgresql://nobody@127.0.0.1:1/none"
+    )
+    one_line_error(unreachable, "--database-url")
+
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM members").fetchone() == (1,)
+
+
+async def test_serve_on_a_busy_port_says_so_and_creates_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with trio.fail_after(60):
+            done = await trio.run_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "node",
+                    "serve",
+                    "--port",
+                    str(port),
+                    "--data-dir",
+                    data_dir,
+                ],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                cwd=REPO,
+                env=_env(),
+            )
+    assert done.returncode == 2, done
+    assert done.stdout == b""
+    assert done.stderr.decode().splitlines() == [f"scopenode: port {port} is in use; pass --port"]
+    assert not data_dir.exists()
+
+
+async def test_whoami_answers_only_a_valid_bearer_token(database_url: str, tmp_path: Path) -> None:
+    async with running_node(database_url, tmp_path) as node:
+        port = node.services.port
+        token = (tmp_path / "demo-token").read_text().strip()
+        me = await whoami(node, token)
+        assert set(me) >= {"workspaceId", "memberId"}
+        assert me["workspaceId"].startswith("ws_")
+        assert me["memberId"].startswith("mem_")
+
+        for headers in (
+            {},
+            {"Authorization": "Bearer snt_not_a_token"},
+            {"Authorization": f"Basic {token}"},
+            {"Authorization": "Bearer "},
+        ):
+            status, body = await http_request(port, "/v1/whoami", headers)
+            assert status == 401, (headers, body)
+            assert body["error"] == "unauthorized"
+
+        revoked = await admin(database_url, "revoke-token", "--token", token)
+        assert revoked.json() == {"revoked": True}
+        status, _ = await http_request(port, "/v1/whoami", {"Authorization": f"Bearer {token}"})
+        assert status == 401
