@@ -1,7 +1,8 @@
 """The listener: HTTP requests and WebSocket upgrades on one port.
 
-h11 reads the request head; ``/v1/ws`` upgrades hand the connection to
-wsproto (``initiate_upgrade_connection``) and a :class:`Session`; everything
+h11 reads the request head; wsproto answers a ``/v1/ws`` upgrade
+(``initiate_upgrade_connection``) and a :class:`Session` takes the stream with
+the bytes read past the head; everything
 else is answered by :mod:`node.http` and closed.
 """
 
@@ -14,7 +15,6 @@ import h11
 import structlog
 import trio
 from wsproto import ConnectionType, WSConnection
-from wsproto.connection import Connection
 from wsproto.events import AcceptConnection, RejectConnection, Request
 
 from actors.ids import new_id
@@ -42,9 +42,9 @@ async def handle_connection(services: Services, stream: trio.SocketStream) -> No
 
 @dataclass(frozen=True, slots=True)
 class Upgrade:
-    """What a session keeps of its HTTP upgrade: the frame-level connection only."""
+    """What a session keeps of its HTTP upgrade: the bytes read past the head."""
 
-    connection: Connection
+    received: bytes
     workspace: str | None
 
 
@@ -81,13 +81,11 @@ async def _accept(services: Services, stream: trio.SocketStream) -> Upgrade | No
             await _plain(stream, 503, "text/plain", b"draining\n")
             return None
         http.next_event()  # PAUSED: the rest of the bytes belong to WebSocket
-        connection = await _handshake(stream, request)
-        if connection is None:
+        if not await _handshake(stream, request):
             return None
-        trailing = http.trailing_data[0]
-        if trailing:
-            connection.receive_data(trailing)
-        return Upgrade(connection, parse_qs(target.query).get("workspace", [None])[0])
+        return Upgrade(
+            bytes(http.trailing_data[0]), parse_qs(target.query).get("workspace", [None])[0]
+        )
     status, content_type, body = await respond(services, request)
     await _plain(stream, status, content_type, body, head_only=request.method == b"HEAD")
     return None
@@ -110,16 +108,16 @@ async def _plain(
     await stream.send_all(head if head_only else head + body)
 
 
-async def _handshake(stream: trio.SocketStream, request: h11.Request) -> Connection | None:
+async def _handshake(stream: trio.SocketStream, request: h11.Request) -> bool:
     ws = WSConnection(ConnectionType.SERVER)
     ws.initiate_upgrade_connection(list(request.headers), request.target)
     for event in ws.events():
         if isinstance(event, Request):
             # permessage-deflate stays off: frames are built once for every reader.
             await stream.send_all(ws.send(AcceptConnection()))
-            return ws.connection
+            return True
     await stream.send_all(ws.send(RejectConnection(status_code=400)))
-    return None
+    return False
 
 
 async def _run_session(services: Services, stream: trio.SocketStream, upgrade: Upgrade) -> None:
@@ -128,7 +126,7 @@ async def _run_session(services: Services, stream: trio.SocketStream, upgrade: U
     session = Session(
         services,
         stream,
-        upgrade.connection,
+        upgrade.received,
         workspace_param=upgrade.workspace,
         session_id=session_id,
     )

@@ -12,9 +12,6 @@ from typing import Any
 
 import structlog
 import trio
-from wsproto.connection import Connection
-from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
-from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from actors.model import Member
 from node import ops
@@ -23,7 +20,8 @@ from node.ops.messages import submit_send
 from node.outbound import Outbound
 from node.services import Services
 from node.views import member_view
-from node.wsframe import OP_PONG, frame
+from node.wsframe import OP_PONG, close_frame, frame
+from node.wsinbound import BINARY, CLOSE, PING, TEXT, TOO_LARGE, Event, InboundFrames, parse_close
 from protocol.codec import decode_client_frame, encode, encode_error
 from protocol.errors import CloseCode, ErrorCode, FrameError, OperationError
 from protocol.frames import (
@@ -57,18 +55,17 @@ class Session:
         "_cancel",
         "_closed",
         "_deadline",
+        "_early",
+        "_frames",
         "_held_live",
         "_inflight",
         "_last_received",
         "_muted",
         "_nursery",
-        "_oversized",
         "_request_bucket",
         "_resuming",
         "_send_bucket",
         "_started",
-        "_text_parts",
-        "_text_size",
         "capabilities",
         "close_code",
         "credential_id",
@@ -81,22 +78,23 @@ class Session:
         "settings",
         "stream",
         "workspace_param",
-        "ws",
     )
 
     def __init__(
         self,
         services: Services,
         stream: trio.SocketStream,
-        ws: Connection,
+        received: bytes = b"",
         *,
         workspace_param: str | None,
         session_id: str,
     ) -> None:
+        """``received``: bytes that arrived after the upgrade request's head."""
         self.services = services
         self.settings = services.settings
         self.stream = stream
-        self.ws = ws
+        self._frames = InboundFrames(self.settings.max_frame_bytes)
+        self._early = received
         self.workspace_param = workspace_param
         self.session_id = session_id
         self.member: Member | None = None
@@ -115,9 +113,6 @@ class Session:
         self._resuming: dict[str, int] | None = None
         self._held_live: list[tuple[str, int, bytes]] = []
         self._inflight = trio.Semaphore(self.settings.max_inflight_requests)
-        self._text_parts: list[str] = []
-        self._text_size = 0
-        self._oversized = False
         self._cancel = trio.CancelScope()
         self._closed = trio.Event()
         self._started = trio.current_time()
@@ -156,14 +151,13 @@ class Session:
         self._cancel.cancel()
 
     def close(self, code: int, reason: str, *, discard: bool = False) -> None:
-        if self.close_code is None:
-            self.close_code = code
-            self.services.metrics.sessions_closed[code] += 1
-        try:
-            data = self.ws.send(CloseConnection(code=code, reason=reason))
-        except LocalProtocolError:
-            data = b""
-        self.outbound.close(data, discard=discard)
+        if self.close_code is not None:
+            # One close frame per connection; a later close only moves the deadline.
+            self.outbound.close(b"", discard=discard)
+            return
+        self.close_code = code
+        self.services.metrics.sessions_closed[code] += 1
+        self.outbound.close(close_frame(code, reason), discard=discard)
 
     def _overflow(self) -> None:
         if self.close_code is not None:
@@ -191,8 +185,10 @@ class Session:
     # ------------------------------------------------------------ inbound
 
     async def _read_loop(self) -> None:
+        data, self._early = self._early, b""
+        frames = self._frames
         while self.close_code is None:
-            if not await self._handle_events():
+            if data and not await self._handle_events(frames.feed(data)):
                 return
             try:
                 data = await self.stream.receive_some(65536)
@@ -200,49 +196,40 @@ class Session:
                 return
             if not data:
                 return
+            # Any bytes count as life, not only whole frames: a large message
+            # arriving slowly keeps the heartbeat alive too.
             self._last_received = trio.current_time()
-            try:
-                self.ws.receive_data(data)
-            except RemoteProtocolError:
-                self.close(1002, "protocol error")
-                return
 
-    async def _handle_events(self) -> bool:
-        """Handle every parsed WebSocket event; False once the session is closing."""
-        for event in self.ws.events():
-            if isinstance(event, TextMessage):
-                await self._on_text(event.data, event.message_finished)
-            elif isinstance(event, BytesMessage):
-                if event.message_finished:
-                    self._error(None, ErrorCode.BAD_FRAME, "binary frames are not accepted")
-            elif isinstance(event, Ping):
-                self.outbound.push_frame(frame(bytes(event.payload), OP_PONG))
-            elif isinstance(event, CloseConnection):
+    async def _handle_events(self, events: list[Event]) -> bool:
+        """Handle parsed WebSocket events; False once the session is closing."""
+        for kind, payload in events:
+            if kind == TEXT:
+                await self._on_text(payload)
+            elif kind == PING:
+                self.outbound.push_frame(frame(payload, OP_PONG))
+            elif kind == TOO_LARGE:
+                self.services.metrics.frames_in += 1
+                self._error(
+                    None, ErrorCode.PAYLOAD_TOO_LARGE, "frame exceeds the node's size limit"
+                )
+            elif kind == BINARY:
+                self._error(None, ErrorCode.BAD_FRAME, "binary frames are not accepted")
+            elif kind == CLOSE:
                 if self.close_code is None:
-                    self.close(event.code, "peer closed")
+                    self.close(parse_close(payload)[0], "peer closed")
                 return False
             if self.close_code is not None:
                 return False
+        if (failed := self._frames.failed) is not None:
+            self.close(*failed)
+            return False
         return True
 
-    async def _on_text(self, part: str, finished: bool) -> None:
-        self._text_size += len(part)
-        if self._text_size > self.settings.max_frame_bytes:
-            self._oversized = True
-            self._text_parts.clear()
-        elif not self._oversized:
-            self._text_parts.append(part)
-        if not finished:
-            return
-        text = "".join(self._text_parts)
-        oversized = self._oversized or len(text.encode()) > self.settings.max_frame_bytes
-        self._text_parts, self._text_size, self._oversized = [], 0, False
+    async def _on_text(self, payload: bytes) -> None:
         self.services.metrics.frames_in += 1
-        if oversized:
-            self._error(None, ErrorCode.PAYLOAD_TOO_LARGE, "frame exceeds the node's size limit")
-            return
         try:
-            request = decode_client_frame(text)
+            # Straight from the unmasked bytes: the parser already checked UTF-8.
+            request = decode_client_frame(payload)
         except FrameError as exc:
             if self.member is None:
                 self.close(CloseCode.UNAUTHENTICATED, "first frame must be hello")

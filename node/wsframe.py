@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 
 OP_TEXT = 0x1
+OP_CLOSE = 0x8
 OP_PONG = 0xA
 
 
@@ -20,3 +21,12 @@ def frame(payload: bytes, opcode: int = OP_TEXT) -> bytes:
     if size < 65536:
         return struct.pack("!BBH", head, 126, size) + payload
     return struct.pack("!BBQ", head, 127, size) + payload
+
+
+def close_frame(code: int, reason: str) -> bytes:
+    """A close frame; 1005 (no status received) is answered with an empty body."""
+    if code == 1005:
+        return frame(b"", OP_CLOSE)
+    # A control frame's payload is at most 125 bytes: the code and 123 of reason.
+    body = reason.encode()[:123].decode(errors="ignore").encode()
+    return frame(code.to_bytes(2, "big") + body, OP_CLOSE)
