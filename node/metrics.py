@@ -1,9 +1,29 @@
-"""Counters and gauges rendered in the Prometheus text format (R-30)."""
+"""Counters and gauges rendered in the Prometheus text exposition format (0.0.4).
+
+Every family is written with its HELP and TYPE lines and at least one sample:
+a labelled counter nothing has counted yet shows its known label values at 0,
+so a scraper sees the family (and a rate of 0) from the node's first scrape.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+
+from protocol.errors import CloseCode, ErrorCode
+
+SEND_STATES = ("sent", "already_sent", "held", "partial_held")
+OUTBOX_STATES = ("pending", "leased", "delivered", "failed", "suppressed")
+# Gauges are registered by name where their source lives (node/app.py); their
+# help text lives here so every family is described in one place.
+GAUGE_HELP = {
+    "sessions": "Live sessions on this node.",
+    "actors": "Scope actors in memory on this node.",
+    "group_commit_statements": "Group-commit statements executed since start (monotonic).",
+    "group_commit_sends": "Sends committed through the group committer since start (monotonic).",
+}
+
+Labels = Mapping[str, str]
 
 
 class Metrics:
@@ -26,39 +46,105 @@ class Metrics:
             self.compat_sends += 1
 
     def render(self) -> str:
-        lines = [
-            "# HELP scopenode_sends_total Send results by state.",
-            "# TYPE scopenode_sends_total counter",
-        ]
-        lines.extend(
-            f'scopenode_sends_total{{state="{state}"}} {self.send_states[state]}'
-            for state in ("sent", "already_sent", "held", "partial_held")
+        out: list[str] = []
+        states = [*SEND_STATES, *sorted(set(self.send_states) - set(SEND_STATES))]
+        _family(
+            out,
+            "scopenode_sends_total",
+            "counter",
+            "Send results by state.",
+            (({"state": s}, self.send_states[s]) for s in states),
         )
         total = sum(self.send_states.values())
         held = self.send_states["held"] + self.send_states["partial_held"]
-        lines += [
-            "# TYPE scopenode_held_ratio gauge",
-            f"scopenode_held_ratio {held / total if total else 0.0}",
-            "# TYPE scopenode_compat_sends_total counter",
-            f"scopenode_compat_sends_total {self.compat_sends}",
-            "# TYPE scopenode_sessions_opened_total counter",
-            f"scopenode_sessions_opened_total {self.sessions_opened}",
-            "# TYPE scopenode_sessions_closed_total counter",
-        ]
-        lines.extend(
-            f'scopenode_sessions_closed_total{{code="{code}"}} {count}'
-            for code, count in sorted(self.sessions_closed.items())
+        _family(
+            out,
+            "scopenode_held_ratio",
+            "gauge",
+            "Share of sends answered held or partial_held since start.",
+            [({}, held / total if total else 0.0)],
         )
-        lines.append("# TYPE scopenode_errors_total counter")
-        lines.extend(
-            f'scopenode_errors_total{{code="{name}"}} {count}'
-            for name, count in sorted(self.errors.items())
+        _family(
+            out,
+            "scopenode_compat_sends_total",
+            "counter",
+            "Agent sends accepted without freshness (sessions that did not declare it).",
+            [({}, self.compat_sends)],
         )
-        lines.append("# TYPE scopenode_outbox_rows gauge")
-        lines.extend(
-            f'scopenode_outbox_rows{{status="{status}"}} {self.outbox_states.get(status, 0)}'
-            for status in ("pending", "leased", "delivered", "failed", "suppressed")
+        _family(
+            out,
+            "scopenode_sessions_opened_total",
+            "counter",
+            "WebSocket sessions opened.",
+            [({}, self.sessions_opened)],
+        )
+        codes = sorted({int(c) for c in CloseCode} | set(self.sessions_closed))
+        _family(
+            out,
+            "scopenode_sessions_closed_total",
+            "counter",
+            "WebSocket sessions closed, by close code.",
+            (({"code": str(c)}, self.sessions_closed[c]) for c in codes),
+        )
+        _family(
+            out,
+            "scopenode_frames_in_total",
+            "counter",
+            "Frames received from clients.",
+            [({}, self.frames_in)],
+        )
+        names = sorted({c.value for c in ErrorCode} | set(self.errors))
+        _family(
+            out,
+            "scopenode_errors_total",
+            "counter",
+            "Error frames sent to clients, by error code.",
+            (({"code": n}, self.errors[n]) for n in names),
+        )
+        _family(
+            out,
+            "scopenode_outbox_rows",
+            "gauge",
+            "Outbox rows by status at the outbox worker's last count.",
+            (({"status": s}, self.outbox_states.get(s, 0)) for s in OUTBOX_STATES),
         )
         for name, read in sorted(self.gauges.items()):
-            lines += [f"# TYPE scopenode_{name} gauge", f"scopenode_{name} {read()}"]
-        return "\n".join(lines) + "\n"
+            help_text = GAUGE_HELP.get(name, name.replace("_", " ").capitalize() + ".")
+            _family(out, f"scopenode_{name}", "gauge", help_text, [({}, read())])
+        return "\n".join(out) + "\n"
+
+
+def _family(
+    out: list[str],
+    name: str,
+    type_: str,
+    help_text: str,
+    samples: Iterable[tuple[Labels, float]],
+) -> None:
+    out.append(f"# HELP {name} {_escape_help(help_text)}")
+    out.append(f"# TYPE {name} {type_}")
+    for labels, value in samples:
+        rendered = ",".join(f'{key}="{_escape_label(val)}"' for key, val in labels.items())
+        out.append(
+            f"{name}{{{rendered}}} {_number(value)}" if rendered else f"{name} {_number(value)}"
+        )
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _escape_label(value: str) -> str:
+    # Label values may come from clients (close codes) or future error codes:
+    # escape so no value can end the label or the line.
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if value != value:  # NaN
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
