@@ -1,14 +1,19 @@
 // scopenode browser client: plain ES module, no dependencies, no build step.
-// Speaks protocol version 1 (see PROTOCOL.md) over ws://<same host>/v1/ws.
+// Speaks protocol version 1 over ws://<same host>/v1/ws. Message text is only
+// ever put into the page through textContent / text nodes (see renderMarkdown).
 
 const STORAGE_TOKEN = "scopenode.token";
 const STORAGE_WORKSPACE = "scopenode.workspace";
 const STORAGE_SCOPE = "scopenode.scope";
 const STORAGE_THREADS = "scopenode.threads";
+const STORAGE_OUTBOX = "scopenode.outbox";
 const PAGE = 50;
-const BACKOFF_BASE_MS = 500;
-const BACKOFF_MAX_MS = 30000;
-const REACTIONS = ["👍", "🎉", "👀"];
+const BACKOFF_BASE_MS = 1000;
+// Short enough that a node restarted after a brief outage is found within seconds.
+const BACKOFF_MAX_MS = 10000;
+const GROUP_WINDOW_MS = 5 * 60 * 1000;
+const SAFE_PROTOCOLS = new Set(["http:", "https:", "mailto:"]);
+const BASE_TITLE = "scopenode";
 
 const $ = (id) => document.getElementById(id);
 
@@ -19,6 +24,8 @@ const state = {
   wantOnline: false,
   attempt: 0,
   reconnectTimer: null,
+  reconnectAt: 0,
+  countdownTimer: null,
   pingTimer: null,
   nextId: 1,
   pending: new Map(), // request id -> {resolve, reject, op}
@@ -27,25 +34,37 @@ const state = {
   lastSeen: new Map(), // scopeId -> highest seq observed (for hello.resume)
   current: null, // scopeId open in the main view
   view: null, // {scopeId, messages: Map(seq -> message), hasMore, loading}
-  reactions: new Map(), // messageId -> Map(emoji -> Set(memberId))
   readSent: new Map(), // scopeId -> seq last sent with markRead
   panel: null, // {kind: "members"} | {kind: "thread", ...}
   scopesRefresh: null,
-  threadLabels: loadThreadLabels(), // thread scopeId -> "#slug: root excerpt"
+  threads: loadJson(STORAGE_THREADS, {}), // thread scopeId -> {label, rootId, parentId}
+  replyCounts: new Map(), // root message id -> replies seen by this client
+  dmPeers: new Map(), // dm scopeId -> member view of the other participant
+  people: new Map(), // memberId -> member view (from `people`, else from rosters)
+  outbox: loadJson(STORAGE_OUTBOX, []), // queued sends, resent with the same clientMessageId
+  flushing: false,
+  unsupported: new Set(), // ops this node answered as unknown
 };
 
-function loadThreadLabels() {
+function loadJson(key, fallback) {
   try {
-    return JSON.parse(localStorage.getItem(STORAGE_THREADS) || "{}") || {};
+    return JSON.parse(localStorage.getItem(key) || "null") ?? fallback;
   } catch {
-    return {};
+    return fallback;
   }
 }
 
-function rememberThread(scopeId, parentSlug, root) {
+function saveOutbox() {
+  localStorage.setItem(STORAGE_OUTBOX, JSON.stringify(state.outbox));
+}
+
+function rememberThread(scopeId, root, parentId) {
+  if (!scopeId || !root) return;
+  const parent = state.scopes.get(parentId || root.scopeId);
   const excerpt = (root.content || "").replace(/\s+/g, " ").slice(0, 40);
-  state.threadLabels[scopeId] = `#${parentSlug}: ${excerpt}`;
-  localStorage.setItem(STORAGE_THREADS, JSON.stringify(state.threadLabels));
+  const where = parent?.slug ? `#${parent.slug}` : "thread";
+  state.threads[scopeId] = { label: `${where}: ${excerpt}`, rootId: root.id, parentId: root.scopeId };
+  localStorage.setItem(STORAGE_THREADS, JSON.stringify(state.threads));
 }
 
 // ---------------------------------------------------------------- helpers
@@ -80,9 +99,22 @@ function randomId() {
   return "web-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
+const ERROR_WORDS = {
+  forbidden: "You are not allowed to do that here.",
+  not_found: "That no longer exists.",
+  rate_limited: "Too many requests — slowing down.",
+  unavailable: "The node is busy — trying again.",
+  disconnected: "Not connected.",
+  validation_failed: "That was not accepted.",
+  invalid_target: "That conversation cannot be found.",
+};
+
 function describeError(err) {
   if (!err) return "unknown error";
-  if (err.code) return `${err.code}: ${err.message || "request failed"}`;
+  if (err.code) {
+    const words = ERROR_WORDS[err.code];
+    return words ? `${words}${err.message ? ` (${err.message})` : ""}` : `${err.code}: ${err.message || "request failed"}`;
+  }
   return err.message || String(err);
 }
 
@@ -95,15 +127,23 @@ function formatTime(iso) {
     : at.toLocaleString([], { dateStyle: "short", timeStyle: "short" });
 }
 
+function personName(member) {
+  if (!member) return "";
+  return member.displayName || member.handle || member.id || member.memberId || "";
+}
+
 function scopeLabel(scope) {
   if (!scope) return "";
   switch (scope.type) {
     case "channel":
       return "#" + (scope.slug || scope.name || scope.id);
-    case "dm":
-      return "DM " + (scope.name || scope.id);
+    case "dm": {
+      const peer = state.dmPeers.get(scope.id);
+      if (peer) return peer.id === state.me?.id ? `${personName(peer)} (you)` : personName(peer);
+      return scope.name || "Direct message";
+    }
     case "thread":
-      return "↳ " + (state.threadLabels[scope.id] || scope.name || "thread …" + scope.id.slice(-6));
+      return state.threads[scope.id]?.label || scope.name || "Thread";
     case "task":
       return "Task " + (scope.name || scope.id);
     default:
@@ -116,6 +156,184 @@ function observe(scopeId, seq) {
   if (seq > (state.lastSeen.get(scopeId) ?? -1)) state.lastSeen.set(scopeId, seq);
 }
 
+// ---------------------------------------------------------------- markdown
+
+// A deliberately small Markdown subset: fenced code, quotes, paragraphs;
+// inline code, **bold**, *italic*/_italic_, [links](url), bare URLs, @mentions.
+// Every piece of message text becomes a text node: no HTML is ever parsed.
+
+const NOT_BEFORE_MENTION = /[A-Za-z0-9_.+\-%/@]/;
+const MAX_DEPTH = 4;
+
+function renderMarkdown(content, message) {
+  const frag = document.createDocumentFragment();
+  const lines = String(content ?? "").split(/\r\n|\r|\n/);
+  for (const block of blocks(lines, message, 0)) frag.append(block);
+  return frag;
+}
+
+function blocks(lines, message, depth) {
+  const out = [];
+  let para = [];
+  const flush = () => {
+    if (para.length) out.push(el("p", {}, inline(para.join("\n"), message, 0)));
+    para = [];
+  };
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i];
+    const fence = /^ {0,3}(`{3,}|~{3,})(.*)$/.exec(line);
+    if (fence && !(fence[1][0] === "`" && fence[2].includes("`"))) {
+      flush();
+      const char = fence[1][0];
+      const closing = new RegExp(`^ {0,3}\\${char}{${fence[1].length},}\\s*$`);
+      const body = [];
+      i++;
+      while (i < lines.length && !closing.test(lines[i])) body.push(lines[i++]);
+      const lang = fence[2].trim().split(/\s/)[0];
+      out.push(
+        el("pre", { "data-lang": lang || null }, el("code", {}, document.createTextNode(body.join("\n")))),
+      );
+      continue;
+    }
+    if (/^ {0,3}>/.test(line)) {
+      flush();
+      const quoted = [];
+      while (i < lines.length && /^ {0,3}>/.test(lines[i])) {
+        quoted.push(lines[i].replace(/^ {0,3}> ?/, ""));
+        i++;
+      }
+      i--;
+      // Quoted text is inert for routing; nested quotes render up to a small depth.
+      const inner =
+        depth < MAX_DEPTH
+          ? blocks(quoted, null, depth + 1)
+          : [el("p", {}, document.createTextNode(quoted.join("\n")))];
+      out.push(el("blockquote", {}, inner));
+      continue;
+    }
+    if (!line.trim()) {
+      flush();
+      continue;
+    }
+    para.push(line);
+  }
+  flush();
+  return out;
+}
+
+function safeUrl(raw) {
+  let url;
+  try {
+    url = new URL(raw);
+  } catch {
+    return null;
+  }
+  return SAFE_PROTOCOLS.has(url.protocol) ? url.href : null;
+}
+
+function linkNode(href, children) {
+  return el("a", { href, target: "_blank", rel: "noopener noreferrer" }, children);
+}
+
+function mentionNode(handle, message) {
+  const lower = handle.toLowerCase();
+  const live = message && (message.mentions || []).map((h) => h.toLowerCase()).includes(lower);
+  if (!live) return null;
+  const mine = state.me && state.me.handle.toLowerCase() === lower;
+  return el("span", { class: "mention" + (mine ? " me" : ""), "data-handle": lower }, "@" + handle);
+}
+
+function inline(text, message, depth) {
+  const out = [];
+  let buf = "";
+  const flush = () => {
+    if (buf) out.push(document.createTextNode(buf));
+    buf = "";
+  };
+  let i = 0;
+  while (i < text.length) {
+    const ch = text[i];
+    const prev = i > 0 ? text[i - 1] : "";
+    const rest = text.slice(i);
+    if (ch === "`") {
+      const run = /^`+/.exec(rest)[0];
+      const after = text.slice(i + run.length);
+      const close = new RegExp(`(^|[^\`])${run}(?!\`)`).exec(after);
+      if (close) {
+        const end = close.index + close[1].length;
+        flush();
+        out.push(el("code", {}, document.createTextNode(after.slice(0, end))));
+        i += run.length + end + run.length;
+        continue;
+      }
+      buf += run;
+      i += run.length;
+      continue;
+    }
+    if (depth < MAX_DEPTH && (ch === "*" || ch === "_")) {
+      const strong = ch === "*" && rest.startsWith("**");
+      const marker = strong ? "**" : ch;
+      const wordy = ch === "_" && /[A-Za-z0-9]/.test(prev);
+      const start = i + marker.length;
+      const end = wordy ? -1 : text.indexOf(marker, start + 1);
+      const inner = end > 0 ? text.slice(start, end) : "";
+      const closesWordy = ch === "_" && /[A-Za-z0-9]/.test(text[end + 1] || "");
+      if (inner && !/^\s|\s$/.test(inner) && !inner.includes("\n\n") && !closesWordy) {
+        flush();
+        out.push(el(strong ? "strong" : "em", {}, inline(inner, message, depth + 1)));
+        i = end + marker.length;
+        continue;
+      }
+    }
+    if (ch === "[") {
+      const link = /^\[([^\]\n]{1,500})\]\(([^()\s]{1,2000})\)/.exec(rest);
+      const href = link && safeUrl(link[2]);
+      if (href) {
+        flush();
+        out.push(linkNode(href, inline(link[1], message, MAX_DEPTH)));
+        i += link[0].length;
+        continue;
+      }
+    }
+    if ((ch === "h" || ch === "m") && !/[A-Za-z0-9]/.test(prev)) {
+      const bare = /^(?:https?:\/\/|mailto:)[^\s<>"]+/.exec(rest);
+      if (bare) {
+        const raw = bare[0].replace(/[.,;:!?)'\]]+$/, "");
+        const href = safeUrl(raw);
+        if (href) {
+          flush();
+          out.push(linkNode(href, raw));
+          i += raw.length;
+          continue;
+        }
+      }
+    }
+    if (ch === "@" && !NOT_BEFORE_MENTION.test(prev)) {
+      const token = /^@([A-Za-z0-9][A-Za-z0-9_.-]*)/.exec(rest);
+      if (token) {
+        const handle = token[1].replace(/[.-]+$/, "");
+        const node = mentionNode(handle, message);
+        if (node) {
+          flush();
+          out.push(node);
+          i += 1 + handle.length;
+          continue;
+        }
+      }
+    }
+    buf += ch;
+    i += 1;
+  }
+  flush();
+  return out;
+}
+
+function mentionsMe(message) {
+  if (!state.me || !message) return false;
+  const mine = state.me.handle.toLowerCase();
+  return (message.mentions || []).some((h) => h.toLowerCase() === mine);
+}
+
 // ---------------------------------------------------------------- connection
 
 function wsUrl() {
@@ -126,12 +344,32 @@ function wsUrl() {
 
 function setStatus(text, kind) {
   const node = $("conn-status");
-  node.textContent = text;
+  if (node.textContent !== text) node.textContent = text;
   node.dataset.kind = kind;
+  show($("retry-now"), kind === "down");
+}
+
+async function learnWorkspace() {
+  // The token names its workspace; the node tells us which, so the
+  // `?workspace=` routing parameter is right from the first connect.
+  try {
+    const response = await fetch("/v1/whoami", {
+      headers: { Authorization: "Bearer " + state.token },
+      cache: "no-store",
+    });
+    if (response.status === 401 || response.status === 403) return "rejected";
+    if (!response.ok) return "unknown";
+    const body = await response.json();
+    if (body.workspaceId) state.workspace = body.workspaceId;
+    return "ok";
+  } catch {
+    return "unknown"; // node unreachable: the socket's reconnect loop takes over
+  }
 }
 
 function connect() {
   clearTimeout(state.reconnectTimer);
+  clearInterval(state.countdownTimer);
   state.reconnectTimer = null;
   state.wantOnline = true;
   setStatus(state.attempt ? "Reconnecting…" : "Connecting…", "pending");
@@ -139,7 +377,7 @@ function connect() {
   try {
     ws = new WebSocket(wsUrl());
   } catch (err) {
-    scheduleReconnect(describeError(err));
+    scheduleReconnect();
     return;
   }
   state.ws = ws;
@@ -147,7 +385,7 @@ function connect() {
     const hello = {
       type: "hello",
       token: state.token,
-      client: { kind: "browser", name: "scopenode-web", version: "1" },
+      client: { kind: "browser", name: "scopenode-web", version: "2" },
     };
     if (state.lastSeen.size) hello.resume = Object.fromEntries(state.lastSeen);
     ws.send(JSON.stringify(hello));
@@ -174,6 +412,7 @@ function connect() {
   ws.addEventListener("close", (event) => {
     if (ws !== state.ws) return;
     state.ws = null;
+    state.connected = false;
     clearInterval(state.pingTimer);
     for (const [, waiter] of state.pending) {
       waiter.reject({ code: "disconnected", message: "connection lost", retryable: true });
@@ -184,35 +423,49 @@ function connect() {
 }
 
 function onClosed(code, reason) {
+  state.connected = false;
   if (!state.wantOnline) return;
   if (code === 4401 || code === 4403) {
     const why =
       code === 4401
-        ? "The token was rejected (4401). Check it and sign in again."
-        : "The token is not valid for this workspace (4403).";
+        ? "That token was not accepted. Check it and sign in again."
+        : "That token belongs to another workspace.";
     logout(why + (reason ? ` (${reason})` : ""));
     return;
   }
   if (code === 4429 || code === 4503) {
-    // Slow consumer / node draining: reconnect promptly and resume.
+    // Slow consumer or node draining: come back promptly and resume.
     state.attempt = Math.min(state.attempt, 1);
   }
-  scheduleReconnect(`closed ${code}${reason ? ": " + reason : ""}`);
+  scheduleReconnect();
 }
 
-function scheduleReconnect(why) {
+function scheduleReconnect() {
   if (!state.wantOnline) return;
   const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** state.attempt);
   const jittered = Math.round(delay / 2 + Math.random() * (delay / 2));
   state.attempt += 1;
-  setStatus(`Disconnected (${why}) — retrying in ${Math.ceil(jittered / 1000)} s`, "down");
+  state.reconnectAt = Date.now() + jittered;
   state.reconnectTimer = setTimeout(connect, jittered);
+  const tick = () => {
+    const left = Math.max(1, Math.ceil((state.reconnectAt - Date.now()) / 1000));
+    setStatus(`Reconnecting in ${left} s…`, "down");
+  };
+  tick();
+  clearInterval(state.countdownTimer);
+  state.countdownTimer = setInterval(tick, 250);
+  renderPending();
+}
+
+function retryNow() {
+  if (!state.wantOnline || state.ws) return;
+  connect();
 }
 
 function request(type, fields = {}) {
   return new Promise((resolve, reject) => {
     const ws = state.ws;
-    if (!ws || ws.readyState !== WebSocket.OPEN || !state.me) {
+    if (!ws || ws.readyState !== WebSocket.OPEN || !state.connected) {
       reject({ code: "disconnected", message: "not connected", retryable: true });
       return;
     }
@@ -220,6 +473,13 @@ function request(type, fields = {}) {
     state.pending.set(id, { resolve, reject, op: type });
     ws.send(JSON.stringify({ type, id, ...fields }));
   });
+}
+
+function isUnknownOp(err) {
+  return (
+    err &&
+    (err.code === "validation_failed" || err.code === "unknown_type" || err.code === "invalid_request" || err.code === "unsupported")
+  );
 }
 
 function dispatch(frame) {
@@ -247,14 +507,14 @@ function dispatch(frame) {
       return onMessage(frame.scopeId, frame.message);
     case "resumed":
       return onResumed(frame.scopes || {});
-    case "reaction":
-      return onReaction(frame);
     case "readState":
       return onReadState(frame);
     case "membership":
       return onMembership(frame);
     case "invalidate":
       return onInvalidate(frame);
+    case "threadUpdated":
+      return onThreadUpdated(frame);
     default:
       return; // additive protocol: ignore unknown event types
   }
@@ -262,14 +522,14 @@ function dispatch(frame) {
 
 function onWelcome(frame) {
   state.me = frame.member;
+  state.connected = true;
   state.attempt = 0;
-  if (frame.workspaceId && !state.workspace) {
-    state.workspace = frame.workspaceId; // sticky routing for reconnects
-  }
+  clearInterval(state.countdownTimer);
+  if (frame.workspaceId && !state.workspace) state.workspace = frame.workspaceId;
   localStorage.setItem(STORAGE_TOKEN, state.token);
   if (state.workspace) localStorage.setItem(STORAGE_WORKSPACE, state.workspace);
   setStatus("Connected", "up");
-  $("me").textContent = `${frame.member.displayName || frame.member.handle} (@${frame.member.handle})`;
+  $("me").textContent = `${personName(frame.member)} (@${frame.member.handle})`;
   clearInterval(state.pingTimer);
   const every = Math.max(5000, Math.floor((frame.heartbeatMs || 20000) / 2));
   let pingId = 0;
@@ -279,10 +539,21 @@ function onWelcome(frame) {
     }
   }, every);
   setComposerEnabled(Boolean(state.current));
-  if (!state.scopes.size) setText($("scope-empty"), "Loading scopes…");
-  refreshScopes(0);
-  if (state.current && !state.lastSeen.has(state.current)) openScope(state.current);
-  else if (!state.current) renderTimeline({});
+  if (!state.scopes.size) setText($("scope-empty"), "Loading conversations…");
+  updateNotifyButton();
+  refreshScopes(0).then(() => {
+    if (!state.current) {
+      const saved = localStorage.getItem(STORAGE_SCOPE);
+      const first =
+        (saved && state.scopes.has(saved) && saved) ||
+        [...state.scopes.values()].find((s) => s.type === "channel" && s.slug === "general")?.id ||
+        [...state.scopes.values()].find((s) => s.type === "channel")?.id;
+      if (first) openScope(first);
+      else renderTimeline({});
+    } else if (!state.lastSeen.has(state.current)) openScope(state.current);
+  });
+  loadPeople();
+  flushOutbox();
 }
 
 function onResumed(scopes) {
@@ -300,64 +571,168 @@ function onResumed(scopes) {
 
 function refreshScopes(delay = 50) {
   clearTimeout(state.scopesRefresh);
-  state.scopesRefresh = setTimeout(async () => {
-    try {
-      const result = await request("scopes");
-      state.scopes = new Map(result.scopes.map((s) => [s.id, s]));
-      if (state.current && state.scopes.has(state.current)) {
-        // The open scope is being read: its unread count is ours to clear.
-        scheduleMarkRead();
+  return new Promise((resolve) => {
+    state.scopesRefresh = setTimeout(async () => {
+      try {
+        await refreshScopesNow();
+        if (state.current && state.scopes.has(state.current)) scheduleMarkRead();
+      } catch (err) {
+        if (err.code !== "disconnected") console.warn("scopes", describeError(err));
       }
-      renderScopes();
-      if (!state.current) openDefaultScope();
-    } catch (err) {
-      if (err.code !== "disconnected") console.warn("scopes", err);
+      resolve();
+    }, delay);
+  });
+}
+
+async function refreshScopesNow() {
+  const result = await request("scopes");
+  state.scopes = new Map(result.scopes.map((s) => [s.id, s]));
+  renderScopes();
+  labelDms();
+  labelThreads();
+}
+
+async function labelDms() {
+  for (const scope of state.scopes.values()) {
+    if (scope.type !== "dm" || state.dmPeers.has(scope.id)) continue;
+    try {
+      const { members } = await request("members", { scopeId: scope.id });
+      const other = members.find((m) => m.id !== state.me?.id) || members[0];
+      if (other) state.dmPeers.set(scope.id, other);
+      for (const m of members) if (!state.people.has(m.id)) state.people.set(m.id, m);
+    } catch {
+      continue;
     }
-  }, delay);
+  }
+  renderScopes();
 }
 
-function openDefaultScope() {
-  const remembered = localStorage.getItem(STORAGE_SCOPE);
-  const channels = [...state.scopes.values()].filter((s) => s.type === "channel");
-  const pick =
-    state.scopes.get(remembered) ||
-    channels.find((s) => s.slug === "general") ||
-    channels[0] ||
-    [...state.scopes.values()][0];
-  if (pick) openScope(pick.id);
+async function labelThreads() {
+  for (const scope of state.scopes.values()) {
+    if (scope.type !== "thread" || state.threads[scope.id]) continue;
+    try {
+      const page = await request("history", { target: "scope:" + scope.id, limit: 1 });
+      if (page.root) {
+        rememberThread(scope.id, page.root, page.root.scopeId);
+        const seen = state.replyCounts.get(page.root.id) || 0;
+        state.replyCounts.set(page.root.id, Math.max(seen, page.latestSeq || 0));
+      }
+    } catch {
+      continue;
+    }
+  }
+  renderScopes();
+  if (state.view) renderTimeline({});
 }
 
-const TYPE_ORDER = { channel: 0, dm: 1, thread: 2, task: 3 };
+async function loadPeople() {
+  if (state.unsupported.has("people")) return peopleFromRosters();
+  try {
+    const result = await request("people");
+    const list = result.people || result.members || [];
+    state.people = new Map(list.map((p) => [p.id, p]));
+  } catch (err) {
+    if (isUnknownOp(err)) {
+      state.unsupported.add("people");
+      await peopleFromRosters();
+    }
+  }
+}
+
+async function peopleFromRosters() {
+  // Until the node lists people, everyone met in a joined channel is known.
+  for (const scope of state.scopes.values()) {
+    if (scope.type !== "channel") continue;
+    try {
+      const { members } = await request("members", { scopeId: scope.id });
+      for (const m of members) state.people.set(m.id, m);
+    } catch {
+      continue;
+    }
+  }
+}
+
+function totalUnread() {
+  let total = 0;
+  for (const scope of state.scopes.values()) {
+    if (scope.id === state.current || scope.notification === "mute") continue;
+    if (state.panel?.kind === "thread" && state.panel.scopeId === scope.id) continue;
+    total += scope.unread || 0;
+  }
+  return total;
+}
+
+function updateTitle() {
+  const unread = totalUnread();
+  const where = state.current ? scopeLabel(state.scopes.get(state.current)) : "";
+  const base = where ? `${where} — ${BASE_TITLE}` : BASE_TITLE;
+  document.title = unread ? `(${unread}) ${base}` : base;
+  const icon = $("favicon");
+  const dot = unread
+    ? "%3Ccircle cx='25' cy='7' r='7' fill='%23e5484d'/%3E"
+    : "";
+  icon.href =
+    "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 32 32'%3E" +
+    "%3Crect width='32' height='32' rx='7' fill='%232456c7'/%3E" +
+    "%3Cpath d='M9 11h14M9 16h10M9 21h7' stroke='white' stroke-width='3' stroke-linecap='round'/%3E" +
+    dot +
+    "%3C/svg%3E";
+}
+
+const TYPE_LIST = { channel: "channel-list", dm: "dm-list", thread: "thread-list", task: "channel-list" };
 
 function renderScopes() {
-  const list = $("scope-list");
-  list.replaceChildren();
-  const scopes = [...state.scopes.values()].sort(
-    (a, b) =>
-      (TYPE_ORDER[a.type] ?? 9) - (TYPE_ORDER[b.type] ?? 9) ||
-      scopeLabel(a).localeCompare(scopeLabel(b)),
-  );
+  const lists = { "channel-list": [], "dm-list": [], "thread-list": [] };
+  const scopes = [...state.scopes.values()].sort((a, b) => scopeLabel(a).localeCompare(scopeLabel(b)));
   for (const scope of scopes) {
-    const unread = scope.id === state.current ? 0 : scope.unread || 0;
-    const button = el(
-      "button",
+    const open =
+      scope.id === state.current || (state.panel?.kind === "thread" && state.panel.scopeId === scope.id);
+    const unread = open || scope.notification === "mute" ? 0 : scope.unread || 0;
+    const label = scopeLabel(scope);
+    const link = el(
+      "a",
       {
-        type: "button",
+        href: "#c=" + encodeURIComponent(scope.id),
         class: "scope" + (unread ? " has-unread" : ""),
-        "aria-current": scope.id === state.current ? "page" : null,
-        title: scope.id,
-        onclick: () => openScope(scope.id),
+        "aria-current": open ? "page" : null,
+        title: label,
+        "data-scope": scope.id,
+        onclick: (event) => {
+          event.preventDefault();
+          if (scope.type === "thread") openThreadScope(scope.id);
+          else openScope(scope.id);
+        },
       },
-      el("span", { class: "scope-name" }, scopeLabel(scope)),
+      el("span", { class: "scope-name" }, label),
       unread
-        ? el("span", { class: "badge", "aria-label": `${unread} unread` }, unread > 99 ? "99+" : unread)
+        ? el(
+            "span",
+            { class: "badge" },
+            el("span", { "aria-hidden": "true" }, unread > 99 ? "99+" : String(unread)),
+            el("span", { class: "sr-only" }, ` ${unread} unread`),
+          )
         : null,
+      scope.notification === "mute" ? el("span", { class: "tag", title: "Muted" }, "muted") : null,
     );
-    list.append(el("li", {}, button));
+    lists[TYPE_LIST[scope.type] || "channel-list"].push(el("li", {}, link));
   }
-  setText($("scope-empty"), scopes.length ? "" : "No scopes yet — create a channel or join one.");
+  for (const [id, items] of Object.entries(lists)) $(id).replaceChildren(...items);
+  show($("threads-title"), lists["thread-list"].length > 0);
+  setText($("scope-empty"), scopes.length ? "" : "No conversations yet — browse channels to join one.");
   const current = state.scopes.get(state.current);
   if (current) $("scope-title").textContent = scopeLabel(current);
+  renderScopeTools();
+  updateTitle();
+}
+
+function renderScopeTools() {
+  const scope = state.scopes.get(state.current);
+  const select = $("notify-select");
+  show(select, Boolean(scope));
+  show(document.querySelector("label[for=notify-select]"), Boolean(scope));
+  if (scope) select.value = ["active", "quiet", "mute"].includes(scope.notification) ? scope.notification : "active";
+  // DMs are fixed at creation: only channels and threads can be left.
+  show($("leave-button"), Boolean(scope && scope.type === "channel"));
 }
 
 async function openScope(scopeId) {
@@ -365,7 +740,7 @@ async function openScope(scopeId) {
   localStorage.setItem(STORAGE_SCOPE, scopeId);
   state.view = { scopeId, messages: new Map(), hasMore: false, loading: true, error: "" };
   const scope = state.scopes.get(scopeId);
-  $("scope-title").textContent = scope ? scopeLabel(scope) : scopeId;
+  $("scope-title").textContent = scope ? scopeLabel(scope) : "…";
   $("members-button").disabled = false;
   setComposerEnabled(true);
   setText($("composer-note"), "");
@@ -386,9 +761,7 @@ async function loadHistory(scopeId, beforeSeq) {
     if (state.view !== view) return;
     for (const message of page.messages) view.messages.set(message.seq, message);
     view.hasMore = page.hasMore;
-    if (beforeSeq === null) {
-      observe(scopeId, page.coversThroughSeq);
-    }
+    if (beforeSeq === null) observe(scopeId, page.coversThroughSeq);
     view.error = "";
     view.loading = false;
     renderTimeline({ stick: beforeSeq === null, keepOffset: beforeSeq !== null });
@@ -396,81 +769,89 @@ async function loadHistory(scopeId, beforeSeq) {
   } catch (err) {
     if (state.view !== view) return;
     view.loading = false;
-    view.error = "Could not load history — " + describeError(err);
+    view.error = err.code === "disconnected" ? "" : "Could not load history — " + describeError(err);
     renderTimeline({});
   }
 }
 
 // ---------------------------------------------------------------- timeline
 
-function messageNode(message, { inThread = false } = {}) {
+function replyCount(message) {
+  return Math.max(message.thread?.replyCount || 0, state.replyCounts.get(message.id) || 0);
+}
+
+function threadScopeOfRoot(rootId) {
+  if (!rootId) return null;
+  for (const [scopeId, info] of Object.entries(state.threads)) if (info.rootId === rootId) return scopeId;
+  return null;
+}
+
+function startsGroup(message, previous) {
+  if (!previous) return true;
+  if (previous.author?.memberId !== message.author?.memberId) return true;
+  if (replyCount(previous) > 0) return true;
+  const gap = new Date(message.createdAt) - new Date(previous.createdAt);
+  return !(gap >= 0 && gap < GROUP_WINDOW_MS);
+}
+
+function messageNode(message, { inThread = false, grouped = false } = {}) {
   const author = message.author || {};
   const mine = state.me && author.memberId === state.me.id;
   const scope = state.scopes.get(message.scopeId);
-  const canThread =
-    !inThread && scope && scope.type === "channel" && scope.slug && message.messageType !== "system";
-  const reactions = state.reactions.get(message.id);
-  const chips = [];
-  if (reactions) {
-    for (const [emoji, who] of reactions) {
-      if (!who.size) continue;
-      const pressed = state.me && who.has(state.me.id);
-      chips.push(
-        el(
-          "button",
-          {
-            type: "button",
-            class: "chip",
-            "aria-pressed": pressed ? "true" : "false",
-            "aria-label": `${emoji} ${who.size}`,
-            onclick: () => react(message, emoji, pressed ? "remove" : "add"),
-          },
-          `${emoji} ${who.size}`,
-        ),
-      );
-    }
-  }
-  const actions = el(
-    "div",
-    { class: "actions" },
-    REACTIONS.map((emoji) =>
-      el(
-        "button",
-        {
-          type: "button",
-          class: "icon",
-          title: `React ${emoji}`,
-          "aria-label": `React ${emoji}`,
-          onclick: () => react(message, emoji, "add"),
-        },
-        emoji,
-      ),
-    ),
-    canThread
-      ? el(
-          "button",
-          { type: "button", class: "link", onclick: () => openThread(message) },
-          "Reply in thread",
-        )
-      : null,
-  );
+  const canThread = !inThread && scope && scope.type === "channel" && message.messageType !== "system";
+  const count = inThread ? 0 : replyCount(message);
+  const threadScope = message.thread?.scopeId || threadScopeOfRoot(message.id);
+  const threadUnread = threadScope ? state.scopes.get(threadScope)?.unread || 0 : 0;
+  const authorName = personName({ displayName: author.displayName, handle: author.handle, id: author.memberId }) || "?";
+  const headId = `h-${inThread ? "t" : "m"}-${message.id}`;
+  const classes = ["msg"];
+  if (mine) classes.push("mine");
+  if (grouped) classes.push("grouped");
+  if (mentionsMe(message) && !mine) classes.push("mentions-me");
   return el(
-    "li",
-    { class: "msg" + (mine ? " mine" : ""), "data-seq": message.seq, id: inThread ? null : "m-" + message.id },
+    "article",
+    {
+      class: classes.join(" "),
+      "data-seq": message.seq,
+      "data-id": message.id,
+      "aria-labelledby": headId,
+      id: inThread ? null : "m-" + message.id,
+    },
     el(
       "div",
-      { class: "msg-head" },
-      el("span", { class: "author" }, author.displayName || author.handle || author.memberId || "?"),
+      { class: "msg-head" + (grouped ? " sr-only" : ""), id: headId },
+      el("span", { class: "author" }, authorName),
       author.handle ? el("span", { class: "handle" }, "@" + author.handle) : null,
       author.type && author.type !== "human" ? el("span", { class: "tag" }, author.type) : null,
       el("time", { datetime: message.createdAt, title: message.createdAt }, formatTime(message.createdAt)),
     ),
-    el("div", { class: "content" }, message.content ?? ""),
+    el("div", { class: "content" }, renderMarkdown(message.content ?? "", message)),
     message.attachments?.length
       ? el("div", { class: "muted small" }, `${message.attachments.length} attachment(s)`)
       : null,
-    chips.length ? el("div", { class: "chips" }, chips) : null,
-    actions,
+    count
+      ? el(
+          "button",
+          {
+            type: "button",
+            class: "link replies" + (threadUnread ? " has-unread" : ""),
+            onclick: () => openThread(message),
+          },
+          `${count} ${count === 1 ? "reply" : "replies"}`,
+          threadUnread ? el("span", { class: "sr-only" }, `, ${threadUnread} unread`) : null,
+          message.thread?.lastReplyAt
+            ? el("span", { class: "muted small" }, ` · last ${formatTime(message.thread.lastReplyAt)}`)
+            : null,
+        )
+      : null,
+    // Reactions, edit and delete are not offered: this node does not support them yet.
+    canThread
+      ? el(
+          "div",
+          { class: "actions" },
+          el("button", { type: "button", class: "link", onclick: () => openThread(message) }, "Reply in thread"),
+        )
+      : null,
   );
 }
 
@@ -481,19 +862,24 @@ function renderTimeline({ stick = false, keepOffset = false } = {}) {
   const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
   const fromBottom = box.scrollHeight - box.scrollTop;
   list.replaceChildren();
+  renderPending();
   if (!view) {
     show($("load-older"), false);
-    setText($("timeline-empty"), state.me ? "Pick a scope on the left to start reading." : "");
+    setText($("timeline-empty"), state.me ? "Pick a conversation on the left to start reading." : "");
     $("timeline-empty").classList.remove("error");
     return;
   }
   const messages = [...view.messages.values()].sort((a, b) => a.seq - b.seq);
-  for (const message of messages) list.append(messageNode(message));
+  let previous = null;
+  for (const message of messages) {
+    list.append(messageNode(message, { grouped: !startsGroup(message, previous) }));
+    previous = message;
+  }
   show($("load-older"), view.hasMore && !view.loading);
   const empty = $("timeline-empty");
   if (view.error) setText(empty, view.error);
   else if (view.loading && !messages.length) setText(empty, "Loading…");
-  else setText(empty, messages.length ? "" : "No messages yet. Say hello.");
+  else setText(empty, messages.length || pendingFor(view.scopeId).length ? "" : "No messages yet. Say hello.");
   empty.classList.toggle("error", Boolean(view.error));
   if (keepOffset) box.scrollTop = box.scrollHeight - fromBottom;
   else if (stick || atBottom) box.scrollTop = box.scrollHeight;
@@ -511,19 +897,73 @@ function onMessage(scopeId, message) {
   }
   const thread = state.panel?.kind === "thread" ? state.panel : null;
   if (thread && thread.scopeId === scopeId) {
-    thread.messages.set(message.seq, message);
+    if (!thread.messages.has(message.seq)) thread.messages.set(message.seq, message);
     renderThread({ stick: true });
     shown = true;
   }
+  const info = state.threads[scopeId];
+  if (info && !onMessage.seen?.has(message.id)) {
+    // Keep the root's "N replies" current even before the node's summary arrives.
+    (onMessage.seen ??= new Set()).add(message.id);
+    state.replyCounts.set(info.rootId, Math.max(state.replyCounts.get(info.rootId) || 0, message.seq));
+    if (state.view?.scopeId === info.parentId) renderTimeline({});
+  }
+  if (!mine && mentionsMe(message)) notifyMention(scopeId, message, shown);
   const scope = state.scopes.get(scopeId);
   if (!scope) {
     refreshScopes(); // a new DM or thread we were just added to
     return;
   }
   scope.latestSeq = Math.max(scope.latestSeq || 0, message.seq);
-  if (shown) scheduleMarkRead();
-  else if (!mine) scope.unread = (scope.unread || 0) + 1;
+  if (shown && document.visibilityState === "visible") scheduleMarkRead();
+  else if (!mine && message.seq > (scope.lastReadSeq || 0)) scope.unread = (scope.unread || 0) + 1;
   renderScopes();
+}
+
+function onThreadUpdated(frame) {
+  const thread = frame.thread || frame;
+  const rootId = frame.rootMessageId || frame.messageId || thread.rootMessageId;
+  if (!rootId) return;
+  const parentId = frame.parentScopeId || frame.scopeId;
+  if (thread.scopeId && !state.threads[thread.scopeId] && state.view) {
+    const root = [...state.view.messages.values()].find((m) => m.id === rootId);
+    if (root) rememberThread(thread.scopeId, root, root.scopeId);
+  }
+  if (state.view && (!parentId || state.view.scopeId === parentId || state.view.scopeId)) {
+    for (const message of state.view.messages.values()) {
+      if (message.id === rootId) message.thread = { ...(message.thread || {}), ...thread };
+    }
+    renderTimeline({});
+  }
+  refreshScopes();
+}
+
+// ---------------------------------------------------------------- notifications
+
+function updateNotifyButton() {
+  const supported = "Notification" in window;
+  show($("notify-enable"), supported && Notification.permission === "default");
+}
+
+function notifyMention(scopeId, message, shown) {
+  if (!("Notification" in window) || Notification.permission !== "granted") return;
+  const scope = state.scopes.get(scopeId);
+  if (scope && (scope.notification === "mute" || scope.notification === "quiet")) return;
+  if (shown && document.visibilityState === "visible" && document.hasFocus()) return;
+  const author = message.author?.displayName || message.author?.handle || "Someone";
+  try {
+    const note = new Notification(`${author} mentioned you${scope ? " in " + scopeLabel(scope) : ""}`, {
+      body: (message.content || "").slice(0, 140),
+      tag: message.id,
+    });
+    note.onclick = () => {
+      window.focus();
+      if (scope?.type === "thread") openThreadScope(scopeId);
+      else openScope(scopeId);
+    };
+  } catch (err) {
+    console.warn("notification", err);
+  }
 }
 
 // ---------------------------------------------------------------- read state
@@ -558,11 +998,10 @@ async function flushMarkRead() {
     state.readSent.set(scopeId, seq);
     try {
       const result = await request("markRead", { scopeId, seq });
-      if (scope) {
-        scope.lastReadSeq = result.lastReadSeq;
-        scope.unread = 0;
-        renderScopes();
-      }
+      scope.lastReadSeq = result.lastReadSeq;
+      scope.unread = 0;
+      renderScopes();
+      if (state.view) renderTimeline({});
     } catch (err) {
       if (err.code === "disconnected") state.readSent.delete(scopeId);
       else console.warn("markRead", describeError(err));
@@ -574,65 +1013,126 @@ function onReadState(frame) {
   const scope = state.scopes.get(frame.scopeId);
   if (!scope) return;
   scope.lastReadSeq = Math.max(scope.lastReadSeq || 0, frame.lastReadSeq);
-  refreshScopes(); // the server knows which unread messages remain
+  refreshScopes(); // the node knows which unread messages remain
 }
 
-// ---------------------------------------------------------------- sending
+// ---------------------------------------------------------------- sending (offline queue)
 
 function setComposerEnabled(enabled) {
   $("composer-input").disabled = !enabled;
   $("composer-send").disabled = !enabled;
 }
 
-function describeSendResult(result) {
-  switch (result.state) {
-    case "sent":
-    case "already_sent":
-      return "";
-    case "held":
-      return (
-        `Held: newer messages arrived (latest seq ${result.latestSeq}). ` +
-        "Your message was not posted — read them and send again."
-      );
-    case "partial_held":
-      return (
-        `Partly held: ${result.accepted?.length ?? 0} part(s) posted, the rest held ` +
-        `because newer messages arrived (latest seq ${result.latestSeq}).`
-      );
-    default:
-      return `Unexpected result: ${result.state}`;
+function pendingFor(scopeId) {
+  return state.outbox.filter((item) => item.scopeId === scopeId);
+}
+
+function renderPending() {
+  const box = $("pending");
+  const items = state.view ? pendingFor(state.view.scopeId) : [];
+  box.replaceChildren(
+    ...items.map((item) =>
+      el(
+        "div",
+        { class: "msg pending" + (item.error ? " failed" : "") },
+        el("div", { class: "content" }, document.createTextNode(item.content)),
+        el(
+          "div",
+          { class: "muted small" },
+          item.error
+            ? `Not sent — ${item.error} `
+            : state.connected
+              ? "Sending…"
+              : "Waiting for the connection — will be sent when it is back.",
+          item.error
+            ? el("button", { type: "button", class: "link", onclick: () => discard(item) }, "Discard")
+            : null,
+        ),
+      ),
+    ),
+  );
+}
+
+function discard(item) {
+  state.outbox = state.outbox.filter((other) => other !== item);
+  saveOutbox();
+  renderPending();
+}
+
+function enqueue(target, scopeId, content) {
+  const item = { clientMessageId: randomId(), target, scopeId, content, error: "" };
+  state.outbox.push(item);
+  saveOutbox();
+  renderPending();
+  flushOutbox();
+  return item;
+}
+
+function describeHeld(result) {
+  if (result.state === "held") return "newer messages arrived first; read them and send again";
+  if (result.state === "partial_held") return "only part of it was posted";
+  return `unexpected result ${result.state}`;
+}
+
+async function flushOutbox() {
+  if (state.flushing || !state.connected) return;
+  state.flushing = true;
+  try {
+    while (state.connected) {
+      const item = state.outbox.find((i) => !i.error);
+      if (!item) break;
+      renderPending();
+      let result;
+      try {
+        // The same clientMessageId on every attempt: a resend after a lost reply is `already_sent`.
+        result = await request("send", {
+          target: item.target,
+          content: item.content,
+          clientMessageId: item.clientMessageId,
+        });
+      } catch (err) {
+        if (err.code === "disconnected") break;
+        if (err.retryable) {
+          const wait = err.details?.retryAfterMs ?? 2000;
+          setTimeout(flushOutbox, wait);
+          break;
+        }
+        item.error = describeError(err);
+        saveOutbox();
+        continue;
+      }
+      if (result.state === "sent" || result.state === "already_sent") {
+        state.outbox = state.outbox.filter((other) => other !== item);
+        sentCallbacks.get(item.clientMessageId)?.(result);
+        sentCallbacks.delete(item.clientMessageId);
+      } else {
+        item.error = describeHeld(result);
+      }
+      saveOutbox();
+    }
+  } finally {
+    state.flushing = false;
+    renderPending();
+    const failed = state.outbox.find((i) => i.error);
+    if (failed) {
+      setText($("composer-note"), "Not sent — " + failed.error);
+      $("composer-note").className = "note error";
+    }
   }
 }
 
-async function sendFrom(input, note, target, onSent) {
-  const content = input.value;
-  if (!content.trim()) return;
-  input.disabled = true;
-  setText(note, "Sending…");
-  note.className = "note";
-  try {
-    const result = await request("send", { target, content, clientMessageId: randomId() });
-    const message = describeSendResult(result);
-    if (result.state === "sent" || result.state === "already_sent") {
-      input.value = "";
-      observe(result.targetKey, result.acceptedSeq);
-    }
-    setText(note, message);
-    if (message) note.className = "note warn";
-    onSent?.(result);
-  } catch (err) {
-    setText(note, "Not sent — " + describeError(err));
-    note.className = "note error";
-  } finally {
-    input.disabled = false;
-    input.focus();
-  }
-}
+const sentCallbacks = new Map(); // clientMessageId -> callback (not persisted)
 
 function sendMain(event) {
   event.preventDefault();
   if (!state.current) return;
-  sendFrom($("composer-input"), $("composer-note"), "scope:" + state.current);
+  const input = $("composer-input");
+  const content = input.value;
+  if (!content.trim()) return;
+  input.value = "";
+  setText($("composer-note"), "");
+  enqueue("scope:" + state.current, state.current, content);
+  input.focus();
 }
 
 function enterToSend(form) {
@@ -642,28 +1142,6 @@ function enterToSend(form) {
       form.requestSubmit();
     }
   };
-}
-
-// ---------------------------------------------------------------- reactions
-
-async function react(message, emoji, op) {
-  try {
-    await request("react", { messageId: message.id, emoji, op });
-  } catch (err) {
-    setText($("composer-note"), "Reaction failed — " + describeError(err));
-    $("composer-note").className = "note error";
-  }
-}
-
-function onReaction(frame) {
-  let byEmoji = state.reactions.get(frame.messageId);
-  if (!byEmoji) state.reactions.set(frame.messageId, (byEmoji = new Map()));
-  let who = byEmoji.get(frame.emoji);
-  if (!who) byEmoji.set(frame.emoji, (who = new Set()));
-  if (frame.op === "remove") who.delete(frame.memberId);
-  else who.add(frame.memberId);
-  if (state.view?.scopeId === frame.scopeId) renderTimeline({});
-  if (state.panel?.kind === "thread") renderThread({});
 }
 
 // ---------------------------------------------------------------- side panel
@@ -680,11 +1158,13 @@ function closePanel() {
   show($("thread-composer"), false);
   document.body.classList.remove("with-panel");
   $("members-button").setAttribute("aria-expanded", "false");
+  renderScopes();
 }
 
 async function openMembers() {
   if (!state.current) return;
   const scopeId = state.current;
+  const scope = state.scopes.get(scopeId);
   state.panel = { kind: "members", scopeId };
   openPanel("Members");
   show($("thread-composer"), false);
@@ -694,6 +1174,7 @@ async function openMembers() {
   try {
     const { members, channelOwnerId } = await request("members", { scopeId });
     if (state.panel?.kind !== "members" || state.panel.scopeId !== scopeId) return;
+    for (const m of members) if (!state.people.has(m.id)) state.people.set(m.id, m);
     const byId = new Map(members.map((m) => [m.id, m]));
     const list = el("ul", { class: "members" });
     const me = state.me?.id;
@@ -710,18 +1191,14 @@ async function openMembers() {
       if (member.visibility === "private") {
         const owner = byId.get(member.ownerMemberId);
         const ownerName =
-          state.me && member.ownerMemberId === state.me.id
-            ? "you"
-            : owner
-              ? "@" + owner.handle
-              : member.ownerMemberId || "unknown";
+          member.ownerMemberId === me ? "you" : owner ? "@" + owner.handle : member.ownerMemberId || "unknown";
         note = el("span", { class: "tag private" }, `private (owner ${ownerName})`);
       }
       list.append(
         el(
           "li",
           {},
-          el("span", { class: "author" }, member.displayName || member.handle),
+          el("span", { class: "author" }, personName(member)),
           " ",
           el("span", { class: "handle" }, "@" + member.handle),
           member.type && member.type !== "human" ? el("span", { class: "tag" }, member.type) : null,
@@ -729,24 +1206,52 @@ async function openMembers() {
           mayRemove(member)
             ? el(
                 "button",
-                {
-                  class: "link",
-                  title: "Remove from this channel",
-                  onclick: () => removeMember(scopeId, member),
-                },
+                { type: "button", class: "link", onclick: () => removeMember(scopeId, member) },
                 "Remove",
               )
             : null,
         ),
       );
     }
-    body.replaceChildren(
-      el("p", { class: "muted small" }, `${members.length} member(s) · scope id `, el("code", {}, scopeId)),
-      list,
-    );
+    const parts = [el("p", { class: "muted small" }, `${members.length} member${members.length === 1 ? "" : "s"}`), list];
+    if (scope?.type === "channel") parts.push(inviteForm(scopeId, byId));
+    body.replaceChildren(...parts);
   } catch (err) {
     body.replaceChildren(el("p", { class: "error", role: "alert" }, describeError(err)));
   }
+}
+
+function inviteForm(scopeId, current) {
+  const candidates = [...state.people.values()]
+    .filter((p) => !current.has(p.id))
+    .sort((a, b) => personName(a).localeCompare(personName(b)));
+  const select = el(
+    "select",
+    { id: "invite-member" },
+    candidates.map((p) => el("option", { value: p.id }, `${personName(p)} (@${p.handle})`)),
+  );
+  const error = el("p", { class: "error", role: "alert", hidden: true });
+  const form = el(
+    "form",
+    {
+      class: "invite",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        if (!select.value) return;
+        try {
+          await request("invite", { scopeId, memberId: select.value });
+          openMembers();
+        } catch (err) {
+          setText(error, describeError(err));
+        }
+      },
+    },
+    el("label", { for: "invite-member" }, "Invite someone"),
+    candidates.length ? select : el("p", { class: "muted small" }, "Everyone you know is already here."),
+    candidates.length ? el("button", { type: "submit" }, "Invite") : null,
+    error,
+  );
+  return form;
 }
 
 async function removeMember(scopeId, member) {
@@ -769,36 +1274,58 @@ function onInvalidate(frame) {
   state.lastSeen.delete(frame.scopeId);
   if (state.current === frame.scopeId) openScope(frame.scopeId);
   if (state.panel?.kind === "thread" && state.panel.scopeId === frame.scopeId) {
-    openThread(state.panel.root);
+    openThreadScope(frame.scopeId);
   }
   refreshScopes();
 }
 
-async function openThread(root) {
-  const parent = state.scopes.get(root.scopeId);
-  const target = `#${parent?.slug}:${root.id}`;
-  const panel = { kind: "thread", root, target, parentSlug: parent?.slug, scopeId: null, messages: new Map(), error: "", loading: true };
+async function openThreadScope(scopeId) {
+  // From the sidebar: the thread's history carries its root.
+  await openThread(null, scopeId);
+}
+
+async function openThread(root, scopeId = null) {
+  const parent = root ? state.scopes.get(root.scopeId) : null;
+  const knownScope = scopeId || root?.thread?.scopeId || threadScopeOfRoot(root?.id);
+  const target = knownScope ? "scope:" + knownScope : `#${parent?.slug}:${root.id}`;
+  const panel = {
+    kind: "thread",
+    root,
+    target,
+    scopeId: knownScope || null,
+    messages: new Map(),
+    error: "",
+    loading: true,
+  };
   state.panel = panel;
   $("members-button").setAttribute("aria-expanded", "false");
   openPanel("Thread");
   show($("thread-composer"), true);
   setText($("thread-note"), "");
   renderThread({});
+  renderScopes();
   try {
     const page = await request("history", { target, limit: 200 });
     if (state.panel !== panel) return;
     panel.scopeId = page.scopeId;
-    rememberThread(page.scopeId, parent?.slug, root);
-    renderScopes();
+    if (page.root) panel.root = page.root;
+    if (panel.root) {
+      rememberThread(page.scopeId, panel.root, panel.root.scopeId);
+      state.replyCounts.set(panel.root.id, Math.max(state.replyCounts.get(panel.root.id) || 0, page.latestSeq || 0));
+    }
     for (const message of page.messages) panel.messages.set(message.seq, message);
     observe(page.scopeId, page.coversThroughSeq);
+    if (panel.root && state.current !== panel.root.scopeId && state.scopes.has(panel.root.scopeId)) {
+      openScope(panel.root.scopeId);
+    }
   } catch (err) {
     if (state.panel !== panel) return;
-    // e.g. invalid_target while reply threads are not enabled on this node
-    panel.error = describeError(err);
+    // No thread yet and none created by reading: the first reply creates it.
+    if (err.code !== "not_found") panel.error = describeError(err);
   }
   panel.loading = false;
   renderThread({ stick: true });
+  renderScopes();
   scheduleMarkRead();
   $("thread-input").focus();
 }
@@ -808,16 +1335,22 @@ function renderThread({ stick = false } = {}) {
   if (panel?.kind !== "thread") return;
   const body = $("panel-body");
   const replies = [...panel.messages.values()].sort((a, b) => a.seq - b.seq);
-  const list = el("ol", { class: "messages", "aria-label": "Thread replies", role: "log" });
-  for (const message of replies) list.append(messageNode(message, { inThread: true }));
+  const list = el("div", { class: "messages", "aria-label": "Thread replies", role: "log" });
+  let previous = null;
+  for (const message of replies) {
+    list.append(messageNode(message, { inThread: true, grouped: !startsGroup(message, previous) }));
+    previous = message;
+  }
   let status = null;
   if (panel.error) status = el("p", { class: "error", role: "alert" }, panel.error);
   else if (panel.loading) status = el("p", { class: "muted" }, "Loading…");
   else if (!replies.length) status = el("p", { class: "muted" }, "No replies yet.");
   body.replaceChildren(
     ...[
-      el("ol", { class: "messages root", "aria-label": "Thread root" }, messageNode(panel.root, { inThread: true })),
-      el("h3", { class: "replies-title" }, `${replies.length} repl${replies.length === 1 ? "y" : "ies"}`),
+      panel.root
+        ? el("div", { class: "messages root", role: "group", "aria-label": "Thread root" }, messageNode(panel.root, { inThread: true }))
+        : null,
+      el("h3", { class: "replies-title" }, `${replies.length} ${replies.length === 1 ? "reply" : "replies"}`),
       list,
       status,
     ].filter(Boolean),
@@ -829,19 +1362,25 @@ function sendThread(event) {
   event.preventDefault();
   const panel = state.panel;
   if (panel?.kind !== "thread") return;
+  const input = $("thread-input");
+  const content = input.value;
+  if (!content.trim()) return;
+  input.value = "";
   const target = panel.scopeId ? "scope:" + panel.scopeId : panel.target;
-  sendFrom($("thread-input"), $("thread-note"), target, (result) => {
+  const item = enqueue(target, panel.scopeId || "thread:" + panel.root?.id, content);
+  sentCallbacks.set(item.clientMessageId, (result) => {
     if (state.panel === panel && result.targetKey && !panel.scopeId) {
       panel.scopeId = result.targetKey;
-      rememberThread(result.targetKey, panel.parentSlug, panel.root);
+      rememberThread(result.targetKey, panel.root, panel.root?.scopeId);
       panel.error = "";
       renderThread({ stick: true });
       refreshScopes();
     }
   });
+  input.focus();
 }
 
-// ---------------------------------------------------------------- channels
+// ---------------------------------------------------------------- channels, DMs, leave
 
 async function createChannel(event) {
   event.preventDefault();
@@ -860,25 +1399,156 @@ async function createChannel(event) {
   }
 }
 
-async function joinScope(event) {
-  event.preventDefault();
-  const scopeId = $("join-id").value.trim();
-  setText($("join-error"), "");
+function openDialog(id) {
+  const dialog = $(id);
+  if (!dialog.open) dialog.showModal();
+  return dialog;
+}
+
+async function browseChannels() {
+  openDialog("browse-dialog");
+  const body = $("browse-body");
+  body.replaceChildren(el("p", { class: "muted" }, "Loading…"));
+  let channels;
   try {
-    await request("join", { scopeId });
-    $("join-form").reset();
-    $("join-form").closest("details").open = false;
+    const result = await request("channels");
+    channels = result.channels || [];
+  } catch (err) {
+    body.replaceChildren(
+      el(
+        "p",
+        { class: "error", role: "alert" },
+        isUnknownOp(err) ? "This node cannot list channels yet." : describeError(err),
+      ),
+    );
+    return;
+  }
+  channels.sort((a, b) => (a.slug || "").localeCompare(b.slug || ""));
+  const list = el("ul", { class: "browse-list" });
+  for (const channel of channels) {
+    const joined = channel.joined || state.scopes.has(channel.id);
+    const count = channel.memberCount ?? channel.members ?? 0;
+    list.append(
+      el(
+        "li",
+        {},
+        el(
+          "div",
+          { class: "browse-info" },
+          el("span", { class: "author" }, "#" + channel.slug),
+          channel.name && channel.name !== channel.slug ? el("span", { class: "muted" }, channel.name) : null,
+          el("span", { class: "muted small" }, `${count} member${count === 1 ? "" : "s"}`),
+          channel.description ? el("span", { class: "small" }, channel.description) : null,
+        ),
+        el(
+          "button",
+          {
+            type: "button",
+            class: joined ? "" : "primary",
+            "aria-label": `${joined ? "Open" : "Join"} #${channel.slug}`,
+            onclick: () => joinChannel(channel.id, joined),
+          },
+          joined ? "Open" : "Join",
+        ),
+      ),
+    );
+  }
+  body.replaceChildren(channels.length ? list : el("p", { class: "muted" }, "No public channels yet."));
+}
+
+async function joinChannel(scopeId, joined) {
+  try {
+    if (!joined) await request("join", { scopeId });
+    $("browse-dialog").close();
     await refreshScopesNow();
     openScope(scopeId);
   } catch (err) {
-    setText($("join-error"), describeError(err));
+    $("browse-body").prepend(el("p", { class: "error", role: "alert" }, describeError(err)));
   }
 }
 
-async function refreshScopesNow() {
-  const result = await request("scopes");
-  state.scopes = new Map(result.scopes.map((s) => [s.id, s]));
-  renderScopes();
+async function newDirectMessage() {
+  openDialog("dm-dialog");
+  $("dm-filter").value = "";
+  $("dm-body").replaceChildren(el("p", { class: "muted" }, "Loading…"));
+  await loadPeople();
+  renderPeople();
+  $("dm-filter").focus();
+}
+
+function renderPeople() {
+  const filter = $("dm-filter").value.trim().toLowerCase();
+  const people = [...state.people.values()]
+    .filter((p) => !filter || personName(p).toLowerCase().includes(filter) || p.handle.toLowerCase().includes(filter))
+    .sort((a, b) => personName(a).localeCompare(personName(b)));
+  const list = el("ul", { class: "browse-list" });
+  for (const person of people) {
+    const you = person.id === state.me?.id;
+    list.append(
+      el(
+        "li",
+        {},
+        el(
+          "button",
+          { type: "button", class: "person", onclick: () => startDm(person) },
+          el("span", { class: "author" }, personName(person) + (you ? " (you)" : "")),
+          " ",
+          el("span", { class: "handle" }, "@" + person.handle),
+          person.type && person.type !== "human" ? el("span", { class: "tag" }, person.type) : null,
+        ),
+      ),
+    );
+  }
+  $("dm-body").replaceChildren(people.length ? list : el("p", { class: "muted" }, "Nobody found."));
+}
+
+async function startDm(person) {
+  try {
+    // Reading a DM target opens (creates) the conversation.
+    const page = await request("history", { target: "dm:" + person.id, limit: 1 });
+    state.dmPeers.set(page.scopeId, person);
+    $("dm-dialog").close();
+    await refreshScopesNow();
+    openScope(page.scopeId);
+  } catch (err) {
+    $("dm-body").prepend(el("p", { class: "error", role: "alert" }, describeError(err)));
+  }
+}
+
+async function leaveCurrent() {
+  const scope = state.scopes.get(state.current);
+  if (!scope || !confirm(`Leave ${scopeLabel(scope)}?`)) return;
+  try {
+    await request("leave", { scopeId: scope.id });
+  } catch (err) {
+    setText($("composer-note"), describeError(err));
+    $("composer-note").className = "note error";
+    return;
+  }
+  state.current = null;
+  state.view = null;
+  localStorage.removeItem(STORAGE_SCOPE);
+  closePanel();
+  $("scope-title").textContent = "Select a conversation";
+  $("members-button").disabled = true;
+  setComposerEnabled(false);
+  await refreshScopesNow();
+  renderTimeline({});
+}
+
+async function setNotification() {
+  const scope = state.scopes.get(state.current);
+  if (!scope) return;
+  const value = $("notify-select").value;
+  try {
+    await request("setNotification", { scopeId: scope.id, state: value });
+    scope.notification = value;
+    renderScopes();
+  } catch (err) {
+    setText($("composer-note"), describeError(err));
+    $("composer-note").className = "note error";
+    renderScopeTools();
+  }
 }
 
 // ---------------------------------------------------------------- login
@@ -887,16 +1557,24 @@ function showLogin(message) {
   show($("app-view"), false);
   show($("login-view"), true);
   $("login-token").value = state.token || "";
-  $("login-workspace").value = state.workspace || "";
   setText($("login-error"), message || "");
   $("login-token").focus();
 }
 
-function start(token, workspace) {
+async function start(token, workspace) {
   state.token = token;
   state.workspace = workspace;
   state.attempt = 0;
   state.me = null;
+  if (!state.workspace) {
+    const known = await learnWorkspace();
+    if (known === "rejected") {
+      state.token = "";
+      localStorage.removeItem(STORAGE_TOKEN);
+      showLogin("That token was not accepted. Check it and sign in again.");
+      return;
+    }
+  }
   show($("login-view"), false);
   show($("app-view"), true);
   connect();
@@ -904,31 +1582,38 @@ function start(token, workspace) {
 
 function logout(message) {
   state.wantOnline = false;
+  state.connected = false;
   clearTimeout(state.reconnectTimer);
+  clearInterval(state.countdownTimer);
   clearInterval(state.pingTimer);
   const ws = state.ws;
   state.ws = null;
   if (ws) ws.close(1000, "sign out");
   localStorage.removeItem(STORAGE_TOKEN);
+  localStorage.removeItem(STORAGE_WORKSPACE);
+  localStorage.removeItem(STORAGE_OUTBOX);
+  state.outbox = [];
   state.me = null;
+  state.workspace = "";
   state.scopes = new Map();
   state.lastSeen = new Map();
   state.readSent = new Map();
-  state.reactions = new Map();
+  state.dmPeers = new Map();
+  state.people = new Map();
   state.current = null;
   state.view = null;
   closePanel();
   renderScopes();
   renderTimeline({});
-  $("scope-title").textContent = "Select a scope";
+  $("scope-title").textContent = "Select a conversation";
   $("members-button").disabled = true;
   setComposerEnabled(false);
-  if (!message) state.token = "";
+  state.token = "";
   showLogin(message);
 }
 
 function readFragment() {
-  // #token=…&workspace=… (handy for scripted and headless use); removed from the URL at once.
+  // The login link `#token=…` (a fragment never reaches a server log); removed from the URL at once.
   if (!location.hash.includes("token=")) return null;
   const params = new URLSearchParams(location.hash.slice(1));
   history.replaceState(null, "", location.pathname + location.search);
@@ -941,9 +1626,11 @@ function init() {
     event.preventDefault();
     const token = $("login-token").value.trim();
     if (!token) return;
-    start(token, $("login-workspace").value.trim());
+    localStorage.removeItem(STORAGE_WORKSPACE);
+    start(token, "");
   });
   $("logout").addEventListener("click", () => logout(""));
+  $("retry-now").addEventListener("click", retryNow);
   $("composer").addEventListener("submit", sendMain);
   $("composer-input").addEventListener("keydown", enterToSend($("composer")));
   $("thread-composer").addEventListener("submit", sendThread);
@@ -958,27 +1645,35 @@ function init() {
     if (state.panel?.kind === "members") closePanel();
     else openMembers();
   });
+  $("leave-button").addEventListener("click", leaveCurrent);
+  $("notify-select").addEventListener("change", setNotification);
+  $("browse-button").addEventListener("click", browseChannels);
+  $("dm-button").addEventListener("click", newDirectMessage);
+  $("dm-filter").addEventListener("input", renderPeople);
+  for (const button of document.querySelectorAll("dialog [data-close]")) {
+    button.addEventListener("click", () => button.closest("dialog").close());
+  }
+  $("notify-enable").addEventListener("click", async () => {
+    await Notification.requestPermission();
+    updateNotifyButton();
+  });
   $("panel-close").addEventListener("click", closePanel);
   $("create-form").addEventListener("submit", createChannel);
-  $("join-form").addEventListener("submit", joinScope);
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible") scheduleMarkRead();
   });
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && state.panel) closePanel();
+    if (event.key === "Escape" && state.panel && !document.querySelector("dialog[open]")) closePanel();
   });
+  window.addEventListener("online", retryNow);
 
   const fromFragment = readFragment();
   const token = fromFragment?.token || localStorage.getItem(STORAGE_TOKEN) || "";
   const workspace = fromFragment
     ? fromFragment.workspace
     : localStorage.getItem(STORAGE_WORKSPACE) || "";
-  if (fromFragment && fromFragment.workspace === "") localStorage.removeItem(STORAGE_WORKSPACE);
   if (token) start(token, workspace);
-  else {
-    state.workspace = workspace;
-    showLogin("");
-  }
+  else showLogin("");
 }
 
 init();

@@ -1,0 +1,387 @@
+"""The web client in a real browser: Playwright (sync API) driving Debian's Chromium.
+
+The node runs on trio in the test's thread; Playwright's sync API needs a
+thread of its own (it runs an asyncio loop underneath), so every browser step
+is a function handed to one dedicated browser thread (:class:`BrowserThread`).
+The client is found only through its accessibility contract: roles and names
+a screen-reader user meets.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import queue
+import re
+import shutil
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pytest
+import trio
+
+from tests.nodes import RunningNode, running_node
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, BrowserContext, Page, Playwright
+
+T = TypeVar("T")
+
+
+def chromium_path() -> str | None:
+    """Debian's ``chromium`` (or ``SCOPENODE_CHROMIUM``), never a Playwright download."""
+    for candidate in (os.environ.get("SCOPENODE_CHROMIUM"), "/usr/bin/chromium"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("chromium")
+
+
+def browser_missing() -> str | None:
+    """Why the browser tests cannot run here, or None."""
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed (pip install -e '.[test]')"
+    if chromium_path() is None:
+        return "no Chromium found (apt-get install chromium)"
+    return None
+
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(browser_missing() is not None, reason=f"browser tests: {browser_missing()}"),
+]
+
+STEP_MS = 15_000
+DIALOGS: list[str] = []  # alert/confirm/prompt seen by any page: none is expected  # one browser expectation; the node restart below waits longer
+
+
+class BrowserThread:
+    """One thread owning Playwright and a headless Chromium; runs jobs in order."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[Browser], Any], Future[Any]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="playwright", daemon=True)
+        self._ready: Future[None] = Future()
+
+    def _run(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        playwright: Playwright | None = None
+        browser: Browser | None = None
+        try:
+            playwright = sync_playwright().start()
+            browser = playwright.chromium.launch(
+                executable_path=chromium_path(),
+                headless=True,
+                args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+            )
+            self._ready.set_result(None)
+        except BaseException as exc:
+            self._ready.set_exception(exc)
+        while (job := self._jobs.get()) is not None:
+            fn, future = job
+            if browser is None or not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(browser))
+            except BaseException as exc:
+                future.set_exception(exc)
+        if browser is not None:
+            browser.close()
+        if playwright is not None:
+            playwright.stop()
+
+    async def start(self) -> None:
+        self._thread.start()
+        await trio.to_thread.run_sync(self._ready.result, abandon_on_cancel=True)
+
+    async def run(self, fn: Callable[[Browser], T]) -> T:
+        future: Future[T] = Future()
+        self._jobs.put((fn, future))
+        return await trio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+
+    async def stop(self) -> None:
+        self._jobs.put(None)
+        await trio.to_thread.run_sync(self._thread.join, 30)
+
+
+@asynccontextmanager
+async def browser_thread() -> AsyncIterator[BrowserThread]:
+    thread = BrowserThread()
+    try:
+        await thread.start()
+        yield thread
+    finally:
+        with trio.CancelScope(shield=True):
+            await thread.stop()
+
+
+@dataclass
+class Person:
+    id: str
+    handle: str
+    token: str
+
+
+async def admin(node: RunningNode, *args: str) -> dict[str, Any]:
+    """The admin CLI, as an operator runs it next to a live node."""
+    result = await trio.run_process(
+        [sys.executable, "-m", "node", "admin", *args, "--database-url", node.database_url],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    answer: dict[str, Any] = json.loads(result.stdout)
+    return answer
+
+
+async def new_workspace(node: RunningNode, name: str) -> str:
+    workspace_id: str = (await admin(node, "create-workspace", "--name", name))["workspaceId"]
+    return workspace_id
+
+
+async def new_person(node: RunningNode, workspace_id: str, handle: str) -> Person:
+    created = await admin(
+        node, "create-member", "--workspace", workspace_id, "--type", "human", "--handle", handle
+    )
+    token = await admin(node, "issue-token", "--member", created["memberId"])
+    return Person(created["memberId"], handle, token["token"])
+
+
+def open_page(browser: Browser, base: str, token: str | None = None) -> tuple[BrowserContext, Page]:
+    """A fresh context (its own storage); with a token, signed in by the login link."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(STEP_MS)
+    page = context.new_page()
+    page.on("dialog", lambda dialog: (DIALOGS.append(dialog.message), dialog.dismiss()))
+    page.goto(base + "/" + (f"#token={token}" if token else ""))
+    return context, page
+
+
+def messages(page: Page) -> Any:
+    return page.get_by_role("log", name="Messages").get_by_role("article")
+
+
+def conversation(page: Page, name: str) -> Any:
+    return page.get_by_role("navigation", name="Conversations").get_by_role(
+        "link", name=re.compile("^" + re.escape(name) + r"(\s|$)")
+    )
+
+
+def send(page: Page, text: str) -> None:
+    page.get_by_role("textbox", name="Message").fill(text)
+    page.get_by_role("button", name="Send").click()
+
+
+def count_text(page: Page, text: str) -> int:
+    count: int = messages(page).filter(has_text=text).count()
+    return count
+
+
+async def test_two_members_chat_reload_and_survive_a_restart(
+    database_url: str, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    with trio.fail_after(100):
+        async with browser_thread() as browser:
+            async with running_node(database_url, tmp_path) as node:
+                port = node.services.port
+                base = node.http
+                workspace = await new_workspace(node, "acme")
+                ann = await new_person(node, workspace, "ann")
+                async with node_client(node, ann) as client:
+                    await client.send("#general", "history from before bob")
+                # Created by the admin CLI while the node runs: joins #general by default.
+                bob = await new_person(node, workspace, "bob")
+
+                def sign_in(browser: Browser) -> tuple[Page, Page]:
+                    _, ann_page = open_page(browser, base, ann.token)
+                    expect(ann_page.get_by_role("status").first).to_have_text("Connected")
+                    assert "token" not in ann_page.url  # the login link's fragment is cleared
+                    _, bob_page = open_page(browser, base)
+                    bob_page.get_by_label("Token").fill(bob.token)
+                    bob_page.get_by_role("button", name="Sign in").click()
+                    expect(conversation(bob_page, "#general")).to_be_visible()
+                    expect(messages(bob_page).filter(has_text="history from before bob")).to_have_count(1)
+                    return ann_page, bob_page
+
+                ann_page, bob_page = await browser.run(sign_in)
+
+                def chat(_: Browser) -> None:
+                    send(bob_page, "hi ann, bob here")
+                    expect(messages(ann_page).filter(has_text="hi ann, bob here")).to_have_count(1)
+                    send(ann_page, "welcome bob")
+                    expect(messages(bob_page).filter(has_text="welcome bob")).to_have_count(1)
+                    bob_page.reload()
+                    expect(messages(bob_page).filter(has_text="welcome bob")).to_have_count(1)
+                    for text in ("history from before bob", "hi ann, bob here"):
+                        assert count_text(bob_page, text) == 1, text
+                    expect(messages(bob_page)).to_have_count(3)
+
+                await browser.run(chat)
+
+            # The node is down: both pages say so in words, and bob types anyway.
+            def offline(_: Browser) -> None:
+                for page in (ann_page, bob_page):
+                    expect(page.get_by_role("status").first).to_have_text(
+                        re.compile(r"Reconnect"), timeout=STEP_MS
+                    )
+                    expect(page.get_by_role("button", name="Retry now")).to_be_visible()
+                send(bob_page, "typed while the node was down")
+
+            await browser.run(offline)
+            await trio.sleep(5)
+
+            async with running_node(database_url, tmp_path, port=port) as node:
+
+                def back(_: Browser) -> None:
+                    for page in (ann_page, bob_page):
+                        expect(page.get_by_role("status").first).to_have_text(
+                            "Connected", timeout=40_000
+                        )
+                    text = "typed while the node was down"
+                    expect(messages(ann_page).filter(has_text=text)).to_have_count(1, timeout=STEP_MS)
+                    expect(messages(bob_page).filter(has_text=text)).to_have_count(1)
+                    bob_page.reload()
+                    expect(messages(bob_page)).to_have_count(4)
+                    assert count_text(bob_page, text) == 1
+
+                await browser.run(back)
+                async with node_client(node, ann) as client:
+                    page = await client.request("history", target="#general", limit=50)
+                contents = [m["content"] for m in page["messages"]]
+                assert contents.count("typed while the node was down") == 1
+
+
+@asynccontextmanager
+async def node_client(node: RunningNode, person: Person) -> AsyncIterator[Any]:
+    from node.client import open_client
+
+    async with open_client(node.url, person.token) as client:
+        yield client
+
+
+MARKDOWN = (
+    "**bold words** and _italic words_ with `inline code` and "
+    "[a link](https://example.com/docs) for @bob\n"
+    "> quoted line\n"
+    "```\nfenced <b>code</b>\n```"
+)
+PAYLOAD = (
+    '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+    "<b>not bold</b> [click](javascript:window.__pwned=3) "
+    '<a href="javascript:alert(1)" onclick="alert(1)">evil</a>'
+)
+
+
+async def test_browse_join_dm_thread_markdown_and_inert_html(
+    database_url: str, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    with trio.fail_after(90):
+        async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
+            base = node.http
+            workspace = await new_workspace(node, "acme")
+            ann = await new_person(node, workspace, "ann")
+            bob = await new_person(node, workspace, "bob")
+            async with node_client(node, ann) as client:
+                created = await client.request("createChannel", slug="design", name="Design")
+                await client.send("#design", "Launch plan: who takes the **copy**?")
+
+            def browse_and_join(browser: Browser) -> tuple[Page, Page]:
+                _, ann_page = open_page(browser, base, ann.token)
+                _, bob_page = open_page(browser, base, bob.token)
+                expect(conversation(bob_page, "#general")).to_be_visible()
+                bob_page.get_by_role("button", name="Browse channels").click()
+                dialog = bob_page.get_by_role("dialog", name="Browse channels")
+                expect(dialog.get_by_text("#design")).to_be_visible()
+                dialog.get_by_role("button", name="Join #design").click()
+                expect(conversation(bob_page, "#design")).to_be_visible()
+                expect(bob_page.get_by_role("heading", name="#design")).to_be_visible()
+                expect(messages(bob_page).filter(has_text="Launch plan")).to_have_count(1)
+                return ann_page, bob_page
+
+            ann_page, bob_page = await browser.run(browse_and_join)
+
+            def direct_message(_: Browser) -> None:
+                bob_page.get_by_role("button", name="New direct message").click()
+                dialog = bob_page.get_by_role("dialog", name="New direct message")
+                dialog.get_by_role("button", name=re.compile("^ann")).click()
+                expect(conversation(bob_page, "ann")).to_be_visible()
+                send(bob_page, "a private word, ann")
+                expect(conversation(ann_page, "bob")).to_be_visible()
+                conversation(ann_page, "bob").click()
+                expect(messages(ann_page).filter(has_text="a private word")).to_have_count(1)
+
+            await browser.run(direct_message)
+
+            def thread(_: Browser) -> None:
+                conversation(bob_page, "#design").click()
+                root = messages(bob_page).filter(has_text="Launch plan")
+                root.hover()
+                root.get_by_role("button", name="Reply in thread").click()
+                bob_page.get_by_role("textbox", name="Reply").fill("I can take the copy")
+                bob_page.get_by_role("button", name="Reply", exact=True).click()
+                replies = bob_page.get_by_role("log", name="Thread replies")
+                expect(replies.get_by_role("article").filter(has_text="I can take the copy")).to_have_count(1)
+                expect(root.get_by_role("button", name=re.compile("^1 reply"))).to_be_visible()
+
+                # The root's author learns of the reply: the thread is unread for ann.
+                thread_link = ann_page.get_by_role("navigation", name="Conversations").get_by_role(
+                    "link", name=re.compile("Launch plan.*1 unread")
+                )
+                expect(thread_link).to_be_visible()
+                conversation(ann_page, "#design").click()
+                ann_root = messages(ann_page).filter(has_text="Launch plan")
+                ann_root.get_by_role("button", name=re.compile("^1 reply")).click()
+                expect(
+                    ann_page.get_by_role("group", name="Thread root").get_by_role("article")
+                ).to_contain_text("Launch plan")
+                expect(
+                    ann_page.get_by_role("log", name="Thread replies").get_by_role("article")
+                ).to_have_text(re.compile("I can take the copy"))
+                expect(thread_link).to_have_count(0)  # read now: no badge
+
+            await browser.run(thread)
+
+            async with node_client(node, ann) as client:
+                await client.send("#design", MARKDOWN)
+                await client.send("#design", PAYLOAD)
+
+            def rendering(_: Browser) -> None:
+                md = messages(bob_page).filter(has_text="bold words")
+                expect(md).to_have_count(1)
+                expect(md.locator("strong")).to_have_text("bold words")
+                expect(md.locator("em")).to_have_text("italic words")
+                expect(md.locator(":not(pre) > code")).to_have_text("inline code")
+                link = md.get_by_role("link", name="a link")
+                expect(link).to_have_attribute("href", "https://example.com/docs")
+                expect(link).to_have_attribute("rel", "noopener noreferrer")
+                expect(link).to_have_attribute("target", "_blank")
+                expect(md.locator("blockquote")).to_have_text("quoted line")
+                expect(md.locator("pre code")).to_have_text("fenced <b>code</b>")
+                mention = md.locator(".mention.me")
+                expect(mention).to_have_text("@bob")
+
+                inert = messages(bob_page).filter(has_text="onerror")
+                expect(inert).to_have_count(1)
+                expect(inert).to_contain_text("<script>window.__pwned=2</script>")
+                for tag in ("img", "script", "b", "a[onclick]"):
+                    assert inert.locator(tag).count() == 0, tag
+                assert inert.get_by_role("link").count() == 0  # javascript: is no link
+                bob_page.wait_for_timeout(300)
+                assert bob_page.evaluate("window.__pwned") is None
+                assert bob_page.locator("img").count() == 0
+                assert DIALOGS == []
+
+            await browser.run(rendering)
+            assert created["scopeId"]
