@@ -252,6 +252,10 @@ async def test_serve_starts_embedded_postgres_and_admin_reuses_the_data_dir(
         async with open_client(served.ws_url, served.token) as client:
             assert client.welcome["member"]["handle"] == "demo"
             demo_workspace = client.welcome["workspaceId"]
+            # What a new user needs is printed: the workspace and a login link.
+            assert f"workspace: {demo_workspace}" in served.stdout
+            login = f"login: http://127.0.0.1:{served.port}/#token={served.token}"
+            assert login in served.stdout
             sent = await client.send("#general", "hello from the README")
             assert sent["state"] == "sent"
             assert sent["acceptedSeq"] == 1
@@ -282,7 +286,7 @@ async def test_serve_starts_embedded_postgres_and_admin_reuses_the_data_dir(
         "newcomer",
         *data,
     )
-    assert member.json()["memberId"]
+    assert member.json()["channels"] == ["#general"]
     assert_no_server(data_dir)
     taken = await scopenode(
         "admin",

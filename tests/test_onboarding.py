@@ -17,6 +17,7 @@ import psycopg
 import trio
 
 from node.client import open_client
+from storage import schema
 from tests.nodes import RunningNode, running_node
 from tests.test_cli import REPO, Result, _env, admin, assert_failed, scopenode
 
@@ -312,3 +313,49 @@ async def test_whoami_answers_only_a_valid_bearer_token(database_url: str, tmp_p
         assert revoked.json() == {"revoked": True}
         status, _ = await http_request(port, "/v1/whoami", {"Authorization": f"Bearer {token}"})
         assert status == 401
+
+
+async def test_a_database_from_before_default_channels_is_migrated(
+    empty_database_url: str,
+) -> None:
+    """Migration 2 on a database made by migration 1: #general becomes the default."""
+    first, second = schema.migrations()
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute(first.sql.encode())
+        conn.execute(schema.CREATE_BOOKKEEPING)
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+            (first.version, first.name, first.checksum),
+        )
+        conn.execute("INSERT INTO workspaces (id, name) VALUES ('ws_old', 'old')")
+        conn.execute(
+            "INSERT INTO members (id, workspace_id, type, handle, display_name)"
+            " VALUES ('mem_old', 'ws_old', 'human', 'old', 'Old')"
+        )
+        for scope_id, slug, visibility in (
+            ("scp_general", "general", "public"),
+            ("scp_other", "other", "public"),
+        ):
+            conn.execute(
+                "INSERT INTO scopes (id, workspace_id, type) VALUES (%s, 'ws_old', 'channel')",
+                (scope_id,),
+            )
+            conn.execute(
+                "INSERT INTO scope_channel_profiles (scope_id, workspace_id, slug,"
+                " display_name, visibility, owner_member_id)"
+                " VALUES (%s, 'ws_old', %s, %s, %s, 'mem_old')",
+                (scope_id, slug, slug, visibility),
+            )
+    with psycopg.connect(empty_database_url) as conn:
+        assert schema.migrate(conn) == [second.version]
+        assert schema.verify(conn) == []
+        defaults = conn.execute(
+            "SELECT slug FROM scope_channel_profiles WHERE is_default"
+        ).fetchall()
+    assert defaults == [("general",)]
+
+    created = await admin(
+        empty_database_url, "create-member", "--workspace", "ws_old",
+        "--type", "human", "--handle", "new",
+    )  # fmt: skip
+    assert created.json()["channels"] == ["#general"]
