@@ -184,6 +184,11 @@ class Session:
 
     # ------------------------------------------------------------ inbound
 
+    @property
+    def inbound_buffered(self) -> int:
+        """Bytes of incomplete client messages held by this session."""
+        return self._frames.buffered
+
     async def _read_loop(self) -> None:
         data, self._early = self._early, b""
         frames = self._frames

@@ -96,6 +96,11 @@ class InboundFrames:
         self.closed = False
         self.failed: tuple[int, str] | None = None
 
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete frame (never an oversized frame's payload)."""
+        return len(self._buf) + sum(map(len, self._parts))
+
     def _fail(self, code: int, reason: str) -> None:
         self.failed = (code, reason)
         self._buf = bytearray()
