@@ -270,6 +270,13 @@ function inline(text, message, depth) {
       i += run.length;
       continue;
     }
+    if ((ch === "_" && rest.startsWith("__")) || rest.startsWith("***")) {
+      // Runs like `__init__` or `***` stay literal: only **bold**, *em* and _em_ are markup.
+      const run = ch === "_" ? /^_+/.exec(rest)[0] : /^\*+/.exec(rest)[0];
+      buf += run;
+      i += run.length;
+      continue;
+    }
     if (depth < MAX_DEPTH && (ch === "*" || ch === "_")) {
       const strong = ch === "*" && rest.startsWith("**");
       const marker = strong ? "**" : ch;
@@ -278,7 +285,8 @@ function inline(text, message, depth) {
       const end = wordy ? -1 : text.indexOf(marker, start + 1);
       const inner = end > 0 ? text.slice(start, end) : "";
       const closesWordy = ch === "_" && /[A-Za-z0-9]/.test(text[end + 1] || "");
-      if (inner && !/^\s|\s$/.test(inner) && !inner.includes("\n\n") && !closesWordy) {
+      const edgy = inner.startsWith(ch) || inner.endsWith(ch) || text[end + marker.length] === ch;
+      if (inner && !edgy && !/^\s|\s$/.test(inner) && !inner.includes("\n\n") && !closesWordy) {
         flush();
         out.push(el(strong ? "strong" : "em", {}, inline(inner, message, depth + 1)));
         i = end + marker.length;
