@@ -30,7 +30,7 @@ import trio
 from tests.nodes import RunningNode, running_node
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page, Playwright
+    from playwright.sync_api import Browser, BrowserContext, Dialog, Page, Playwright
 
 T = TypeVar("T")
 
@@ -57,8 +57,8 @@ pytestmark = [
     pytest.mark.skipif(browser_missing() is not None, reason=f"browser tests: {browser_missing()}"),
 ]
 
-STEP_MS = 15_000
-DIALOGS: list[str] = []  # alert/confirm/prompt seen by any page: none is expected  # one browser expectation; the node restart below waits longer
+STEP_MS = 15_000  # one browser expectation; the node restart below waits longer
+DIALOGS: list[str] = []  # alert/confirm/prompt seen by any page: none is expected
 
 
 class BrowserThread:
@@ -155,12 +155,17 @@ async def new_person(node: RunningNode, workspace_id: str, handle: str) -> Perso
     return Person(created["memberId"], handle, token["token"])
 
 
+def _refuse_dialog(dialog: Dialog) -> None:
+    DIALOGS.append(dialog.message)
+    dialog.dismiss()
+
+
 def open_page(browser: Browser, base: str, token: str | None = None) -> tuple[BrowserContext, Page]:
     """A fresh context (its own storage); with a token, signed in by the login link."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     context.set_default_timeout(STEP_MS)
     page = context.new_page()
-    page.on("dialog", lambda dialog: (DIALOGS.append(dialog.message), dialog.dismiss()))
+    page.on("dialog", _refuse_dialog)
     page.goto(base + "/" + (f"#token={token}" if token else ""))
     return context, page
 
@@ -210,7 +215,9 @@ async def test_two_members_chat_reload_and_survive_a_restart(
                     bob_page.get_by_label("Token").fill(bob.token)
                     bob_page.get_by_role("button", name="Sign in").click()
                     expect(conversation(bob_page, "#general")).to_be_visible()
-                    expect(messages(bob_page).filter(has_text="history from before bob")).to_have_count(1)
+                    expect(
+                        messages(bob_page).filter(has_text="history from before bob")
+                    ).to_have_count(1)
                     return ann_page, bob_page
 
                 ann_page, bob_page = await browser.run(sign_in)
@@ -248,7 +255,9 @@ async def test_two_members_chat_reload_and_survive_a_restart(
                             "Connected", timeout=40_000
                         )
                     text = "typed while the node was down"
-                    expect(messages(ann_page).filter(has_text=text)).to_have_count(1, timeout=STEP_MS)
+                    expect(messages(ann_page).filter(has_text=text)).to_have_count(
+                        1, timeout=STEP_MS
+                    )
                     expect(messages(bob_page).filter(has_text=text)).to_have_count(1)
                     bob_page.reload()
                     expect(messages(bob_page)).to_have_count(4)
@@ -332,7 +341,9 @@ async def test_browse_join_dm_thread_markdown_and_inert_html(
                 bob_page.get_by_role("textbox", name="Reply").fill("I can take the copy")
                 bob_page.get_by_role("button", name="Reply", exact=True).click()
                 replies = bob_page.get_by_role("log", name="Thread replies")
-                expect(replies.get_by_role("article").filter(has_text="I can take the copy")).to_have_count(1)
+                expect(
+                    replies.get_by_role("article").filter(has_text="I can take the copy")
+                ).to_have_count(1)
                 expect(root.get_by_role("button", name=re.compile("^1 reply"))).to_be_visible()
 
                 # The root's author learns of the reply: the thread is unread for ann.

@@ -38,6 +38,14 @@ async def test_web_client_assets_are_served(database_url: str, tmp_path: Path) -
         assert 'src="/app.js"' in index
         assert 'type="module"' in index
         assert 'href="/app.css"' in index
+        assert 'rel="icon"' in index
+        for needle in (
+            ">Token<",
+            ">Sign in<",
+            'aria-label="Conversations"',
+            'aria-label="Messages"',
+        ):
+            assert needle in index, needle
 
         status, headers, same = await http_get(port, "/index.html")
         assert status == 200
@@ -48,6 +56,9 @@ async def test_web_client_assets_are_served(database_url: str, tmp_path: Path) -
         assert headers["content-type"].startswith("text/javascript")
         for needle in ('"hello"', "/v1/ws", 'split("\\n")', "resume", "4401", "4429"):
             assert needle in script, needle
+        # Message text reaches the page only as text nodes.
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+            assert sink not in script, sink
 
         status, headers, css = await http_get(port, "/app.css")
         assert status == 200
