@@ -279,7 +279,9 @@ async def _create_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
                     private=args.private,
                 )
                 joined = await scopes.join_on_creation(conn, member, extra)
-        except UniqueViolation:
+        except UniqueViolation as exc:
+            if "handle" not in (exc.constraint or ""):
+                raise
             # A concurrent create-member took the handle after the check.
             raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}") from None
         channels = {c.scope_id: c.slug for c in await scopes.admin_channels(conn, workspace_id)}

@@ -23,7 +23,7 @@ from actors.model import (
 from actors.policy import dm_membership
 from actors.ports import RosterChange, ScopeMissing
 from storage.directory import member_from_row
-from storage.errors import map_errors
+from storage.errors import UniqueViolation, map_errors
 from storage.messages import SELECT_MESSAGE, message_from_row
 from storage.pg import TrioConnection
 from storage.visibility import Viewer
@@ -321,6 +321,12 @@ async def admin_channels(conn: TrioConnection, workspace_id: str) -> list[AdminC
     ]
 
 
+async def _default_channels(conn: TrioConnection, workspace_id: str) -> list[str]:
+    with map_errors():
+        cur = await conn.execute(SELECT_DEFAULT_CHANNELS, (workspace_id,))
+        return [str(row[0]) for row in await cur.fetchall()]
+
+
 async def join_on_creation(
     conn: TrioConnection, member: Member, extra: Sequence[str] = ()
 ) -> list[str]:
@@ -334,20 +340,23 @@ async def join_on_creation(
     """
     joined: list[str] = []
     if member.type in (MemberType.HUMAN, MemberType.AGENT) and not member.is_private_agent:
-        with map_errors():
-            cur = await conn.execute(SELECT_DEFAULT_CHANNELS, (member.workspace_id,))
-            defaults = [str(row[0]) for row in await cur.fetchall()]
+        defaults = await _default_channels(conn, member.workspace_id)
         if not defaults and await channel_by_slug(conn, member.workspace_id, "general") is None:
-            founded = await create_channel(
-                conn,
-                creator=member,
-                slug="general",
-                name="General",
-                visibility="public",
-                description="Everyone",
-                default=True,
-            )
-            joined.append(founded)
+            try:
+                founded = await create_channel(
+                    conn,
+                    creator=member,
+                    slug="general",
+                    name="General",
+                    visibility="public",
+                    description="Everyone",
+                    default=True,
+                )
+                joined.append(founded)
+            except UniqueViolation:
+                # A concurrent creation founded it first (the slug's unique
+                # index waited for its commit): join that one.
+                defaults = await _default_channels(conn, member.workspace_id)
         extra = [*defaults, *extra]
     for scope_id in dict.fromkeys(extra):
         if scope_id not in joined:

@@ -359,3 +359,27 @@ async def test_a_database_from_before_default_channels_is_migrated(
         "--type", "human", "--handle", "new",
     )  # fmt: skip
     assert created.json()["channels"] == ["#general"]
+
+
+async def test_concurrent_first_members_share_one_general(database_url: str) -> None:
+    """Members created at once in a new workspace (as the bench provisions)
+    found one #general between them and all join it."""
+    workspace = (await admin(database_url, "create-workspace", "--name", "rush")).json()[
+        "workspaceId"
+    ]
+    results: dict[str, Result] = {}
+
+    async def create(handle: str) -> None:
+        results[handle] = await admin(
+            database_url, "create-member", "--workspace", workspace,
+            "--type", "agent", "--handle", handle,
+        )  # fmt: skip
+
+    async with trio.open_nursery() as nursery:
+        for index in range(4):
+            nursery.start_soon(create, f"a{index}")
+    assert all(result.json()["channels"] == ["#general"] for result in results.values())
+    channels = (await admin(database_url, "list-channels", "--workspace", workspace)).json()
+    assert [(c["slug"], c["default"], c["memberCount"]) for c in channels["channels"]] == [
+        ("general", True, 4)
+    ]
