@@ -639,6 +639,7 @@ async function loadPeople() {
     const result = await request("people");
     const list = result.people || result.members || [];
     state.people = new Map(list.map((p) => [p.id, p]));
+    if (state.view) renderTimeline({});
   } catch (err) {
     if (isUnknownOp(err)) {
       state.unsupported.add("people");
@@ -794,6 +795,11 @@ function threadScopeOfRoot(rootId) {
   return null;
 }
 
+function participantNames(ids) {
+  const names = ids.slice(0, 3).map((id) => (id === state.me?.id ? "you" : personName(state.people.get(id)) || "someone"));
+  return names.join(", ") + (ids.length > 3 ? ` +${ids.length - 3}` : "");
+}
+
 function startsGroup(message, previous) {
   if (!previous) return true;
   if (previous.author?.memberId !== message.author?.memberId) return true;
@@ -847,6 +853,9 @@ function messageNode(message, { inThread = false, grouped = false } = {}) {
           },
           `${count} ${count === 1 ? "reply" : "replies"}`,
           threadUnread ? el("span", { class: "sr-only" }, `, ${threadUnread} unread`) : null,
+          message.thread?.participants?.length
+            ? el("span", { class: "muted small" }, " · " + participantNames(message.thread.participants))
+            : null,
           message.thread?.lastReplyAt
             ? el("span", { class: "muted small" }, ` · last ${formatTime(message.thread.lastReplyAt)}`)
             : null,
@@ -937,13 +946,16 @@ function onThreadUpdated(frame) {
     const root = [...state.view.messages.values()].find((m) => m.id === rootId);
     if (root) rememberThread(thread.scopeId, root, root.scopeId);
   }
-  if (state.view && (!parentId || state.view.scopeId === parentId || state.view.scopeId)) {
+  if (state.view && state.view.scopeId === parentId) {
     for (const message of state.view.messages.values()) {
       if (message.id === rootId) message.thread = { ...(message.thread || {}), ...thread };
     }
     renderTimeline({});
   }
-  refreshScopes();
+  const panel = state.panel?.kind === "thread" ? state.panel : null;
+  if (panel?.root?.id === rootId) panel.root.thread = { ...(panel.root.thread || {}), ...thread };
+  // A thread we were just admitted to (its root's author, a participant) shows up unread.
+  if (thread.scopeId && !state.scopes.has(thread.scopeId)) refreshScopes();
 }
 
 // ---------------------------------------------------------------- notifications
