@@ -3,7 +3,7 @@
 Owner O (human), O's private agents P and Q, human H and O's public agent A in
 #c. Private authority (docs/design.md#private-agents): only O, O's grantees within the
 grant interval and O's other private agents reach P; a public agent of the same
-owner needs a grant. What P may read (§3.9): its own messages, O's, grantees'
+owner needs a grant. What P may read (docs/design.md#visibility): its own messages, O's, grantees'
 within the grant interval, same-owner private agents'. The private-gap
 freshness rule (docs/design.md#freshness): messages P cannot see never hold it.
 
