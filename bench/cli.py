@@ -17,8 +17,9 @@ from typing import Any
 
 import trio
 
+from bench import curve as curve_mod
 from bench import report as report_mod
-from bench.baseline import BaselinePlan, run_baseline
+from bench.baseline import BaselinePlan, open_database, run_baseline
 from bench.dbbaseline import DbPlan
 from bench.fanout_baseline import FanoutPlan
 from bench.nodeproc import open_node
@@ -93,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--senders", type=int, help="throughput: concurrent senders S")
     w.add_argument("--scopes", type=int, help="throughput: scopes R")
     w.add_argument("--max-sends", type=int, help="throughput: total send bound")
+    w.add_argument(
+        "--curve",
+        metavar="N,N,...",
+        help="throughput: the whole curve in one run, at these sender counts, one and two "
+        "senders per scope, each point against the raw statement at the same concurrency "
+        "(--duration per point, --db-duration per raw level)",
+    )
     w.add_argument("--readers", type=int, help="fanout/baseline: reader sessions N")
     w.add_argument("--rate", type=float, default=0.0, help="fanout: sends/s (0: back to back)")
     w.add_argument("--window", type=int, default=32, help="fanout: sends in flight")
@@ -259,6 +267,8 @@ async def run(args: argparse.Namespace, progress: Progress) -> tuple[dict[str, A
         )
         report["generator_cpu_s"] = round(own_cpu_s() + readers_cpu, 3)
         return report, []
+    if args.curve:
+        return await run_curve(args, progress, report)
     async with open_node(
         args.url,
         data_dir=args.data_dir,
@@ -289,6 +299,40 @@ async def run(args: argparse.Namespace, progress: Progress) -> tuple[dict[str, A
     return report, result.latencies
 
 
+async def run_curve(
+    args: argparse.Namespace, progress: Progress, report: dict[str, Any]
+) -> tuple[dict[str, Any], list[Latency]]:
+    if args.workload != "throughput":
+        raise SystemExit("--curve is a throughput option")
+    plan = curve_mod.CurvePlan(
+        points=curve_mod.parse_points(args.curve),
+        duration_s=args.duration,
+        db_duration_s=args.db_duration,
+        max_sends=args.max_sends,
+    )
+    async with open_node(
+        args.url,
+        data_dir=args.data_dir,
+        database_url=args.database_url,
+        node_pid=args.node_pid,
+    ) as node:
+        env = Env(
+            node=node,
+            provisioner=make_provisioner(node.data_dir, args.database_url),
+            seed=args.seed,
+            progress=progress,
+            reader_processes=args.reader_processes,
+            timeout_s=args.timeout,
+            members_cap=args.members,
+        )
+        async with open_database(args.database_url, node.data_dir) as dsn:
+            report["results"] = {"curve": await curve_mod.run_curve(env, dsn, plan)}
+    report["node_started_by_bench"] = node.started_here
+    report["baseline"] = {}
+    report["ratios"] = {}
+    return report, []
+
+
 def failed_checks(results: dict[str, Any]) -> list[str]:
     """Names of correctness flags that are false anywhere in ``results``."""
     bad = []
@@ -310,11 +354,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         progress.close()
     print()
-    print(report_mod.render(report))
+    curve = report["results"].get("curve") if isinstance(report.get("results"), dict) else None
+    if curve is not None:
+        print(curve_mod.render(curve))
+    else:
+        print(report_mod.render(report))
     if args.json:
         report_mod.write_json(args.json, report)
         print(f"wrote {args.json}")
-    if args.plot:
+    if args.plot and curve is not None:
+        print(f"wrote {curve_mod.plot(args.plot, curve)}")
+    elif args.plot:
         for path in report_mod.plot(args.plot, args.workload, latencies):
             print(f"wrote {path}")
     bad = failed_checks(report["results"])

@@ -10,12 +10,12 @@ whatever queued meanwhile goes next. Each scope's chain stands alone in it — a
 fence miss or an idempotency hit writes nothing for that scope and is answered
 to that actor only. A lone one-send batch takes the single-send statement; a
 second chain for a scope already in the group takes the ordinary one-batch
-path. Batches of one scope always go through the same lane, so lanes never
-wait for each other on a scope row.
+path.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -50,60 +50,65 @@ class _Job:
         self.done.set()
 
 
-@dataclass(slots=True)
-class _Lane:
-    queue: list[_Job] = field(default_factory=list)
-    lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
-    busy: bool = False
-
-
 class GroupCommitter:
-    def __init__(self, pool: Pool, *, lanes: int = 4, max_plans: int = 512) -> None:
+    """Commits actors' batches with at most ``lanes`` statements in flight.
+
+    A batch that finds a free lane and nothing queued commits at once in its
+    caller's task (a lone sender pays no hand-over and no wait). Otherwise it
+    queues, and the next lane to come free takes everything queued as one
+    statement: the batch size follows the load, with no timer. An actor has
+    at most one batch here at a time, so two lanes never hold the same scope.
+    """
+
+    def __init__(self, pool: Pool, *, lanes: int = 1, max_plans: int = 512) -> None:
+        if lanes < 1:
+            raise ValueError("a committer needs at least one lane")
         self._pool = pool
-        self._lanes = [_Lane() for _ in range(lanes)]
+        self._lanes = lanes
+        self._running = 0
+        self._queue: deque[_Job] = deque()
+        self._lot = trio.lowlevel.ParkingLot()
         self._max_plans = max_plans
         self.transactions = 0
         self.plans_committed = 0
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
-            for lane in self._lanes:
-                nursery.start_soon(self._serve, lane)
+            for _ in range(self._lanes):
+                nursery.start_soon(self._serve)
 
     async def apply(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
         """Commit one actor's batch atomically (alone, or in a group statement)."""
         job = _Job(plans)
-        lane = self._lanes[hash(job.scope_id) % len(self._lanes)]
-        if lane.busy or lane.queue:
-            lane.queue.append(job)
-            lane.lot.unpark()
-        else:
-            # An idle lane commits in the caller's task: no hand-over, no extra
-            # latency for a lone sender. Batches arriving meanwhile queue up
-            # and go together in the next statement.
-            lane.busy = True
+        if self._running < self._lanes and not self._queue:
+            self._running += 1
             try:
                 await self._run_jobs([job])
             finally:
-                lane.busy = False
-                if lane.queue:
-                    lane.lot.unpark()
+                self._lane_done()
+        else:
+            self._queue.append(job)
         await job.done.wait()
         if job.error is not None:
             raise job.error
         assert job.result is not None
         return job.result
 
-    async def _serve(self, lane: _Lane) -> None:
+    def _lane_done(self) -> None:
+        self._running -= 1
+        if self._queue:
+            self._lot.unpark()
+
+    async def _serve(self) -> None:
         while True:
-            if not lane.queue or lane.busy:
-                await lane.lot.park()
+            if not self._queue or self._running >= self._lanes:
+                await self._lot.park()
                 continue
-            lane.busy = True
+            self._running += 1
             try:
-                await self._run_jobs(self._take(lane))
+                await self._run_jobs(self._take())
             finally:
-                lane.busy = False
+                self._lane_done()
 
     async def _run_jobs(self, jobs: list[_Job]) -> None:
         try:
@@ -116,11 +121,12 @@ class GroupCommitter:
                 if not job.done.is_set():
                     job.fail(exc)
 
-    def _take(self, lane: _Lane) -> list[_Job]:
+    def _take(self) -> list[_Job]:
         jobs: list[_Job] = []
         count = 0
-        while lane.queue and (not jobs or count + len(lane.queue[0].plans) <= self._max_plans):
-            job = lane.queue.pop(0)
+        queue = self._queue
+        while queue and (not jobs or count + len(queue[0].plans) <= self._max_plans):
+            job = queue.popleft()
             jobs.append(job)
             count += len(job.plans)
         return jobs

@@ -1,0 +1,166 @@
+"""``scopenode bench throughput --curve 1,2,4,...``: the throughput curve in one run.
+
+One node, one database server. For every point (``n`` senders) and series
+(one sender per scope: ``n`` scopes; two per scope: ``n/2`` scopes) the raw
+send statement runs at concurrency ``n`` (:mod:`bench.dbbaseline`, the node
+idle), then the throughput workload with ``n`` senders, back to back, so
+each ratio compares figures taken seconds apart under the same noise. Node
+CPU per send comes from ``/proc/<pid>/stat`` over the measured window; the
+load average is recorded with every point (the machine may be shared).
+Every phase is bounded: ``duration`` seconds and ``max_sends`` sends per
+point, ``db_duration`` seconds per raw level.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench.dbbaseline import DbPlan, measure_db
+from bench.workloads import throughput
+from bench.workloads.common import Env, ratio
+
+SERIES = (1, 2)  # senders per scope
+
+
+@dataclass(frozen=True)
+class CurvePlan:
+    points: tuple[int, ...]
+    duration_s: float
+    db_duration_s: float
+    max_sends: int
+    series: tuple[int, ...] = SERIES
+
+
+def parse_points(text: str) -> tuple[int, ...]:
+    points = tuple(int(x) for x in text.split(",") if x.strip())
+    if not points or min(points) < 1:
+        raise ValueError("--curve takes positive sender counts, e.g. 1,2,4,8")
+    return points
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
+    """Measure every (series, point); returns ``{"points": [...], "raw_sequential": ...}``."""
+    out: dict[str, Any] = {"points": []}
+    raw_levels: dict[int, dict[str, Any]] = {}
+    for per_scope in plan.series:
+        for senders in plan.points:
+            scopes = max(1, senders // per_scope)
+            if per_scope > 1 and senders < per_scope:
+                continue
+            load_before = _load()
+            # The raw statement at this concurrency, measured again for each
+            # series: the database grows during the run, and so does its cost.
+            env.progress.phase(f"raw x{senders}", 1)
+            raw = await measure_db(
+                dsn, DbPlan(sequential=0, concurrency=(senders,), duration_s=plan.db_duration_s)
+            )
+            env.progress.close()
+            level = raw["concurrent"][str(senders)]
+            raw_levels[senders] = level
+            result = await throughput.run(
+                env,
+                senders=senders,
+                scopes=scopes,
+                duration_s=plan.duration_s,
+                max_sends=plan.max_sends,
+            )
+            res = result.results
+            node_cpu = result.cpu.node_cpu_s
+            sends = res["sends"]
+            out["points"].append(
+                {
+                    "senders_per_scope": per_scope,
+                    "senders": senders,
+                    "scopes": scopes,
+                    "sends": sends,
+                    "sends_per_s": res["sends_per_s"],
+                    "raw_tx_per_s": level["tx_per_s"],
+                    "ratio": ratio(res["sends_per_s"], level["tx_per_s"]),
+                    "p50_ms": res["latency"].get("p50_ms"),
+                    "raw_p50_ms": level.get("p50_ms"),
+                    "p99_ms": res["latency"].get("p99_ms"),
+                    "node_cpu_ms_per_send": (
+                        round(1000 * node_cpu / sends, 3) if node_cpu and sends else None
+                    ),
+                    "generator_cpu_s": result.cpu.generator_cpu_s,
+                    "errors": res["errors"],
+                    "load_avg_1m": [load_before, _load()],
+                    "at": time.strftime("%H:%M:%S"),
+                }
+            )
+    return out
+
+
+def render(curve: dict[str, Any]) -> str:
+    head = (
+        "| senders/scope | senders | scopes | sends/s | raw tx/s | ratio | p50 ms | raw p50 ms"
+        " | node CPU ms/send | load avg (1 min, before/after) |"
+    )
+    lines = [head, _rule(head)]
+    for p in curve["points"]:
+        cpu = p["node_cpu_ms_per_send"]
+        lines.append(
+            f"| {p['senders_per_scope']} | {p['senders']} | {p['scopes']} | "
+            f"{p['sends_per_s']:,.0f} | {p['raw_tx_per_s']:,.0f} | "
+            f"{_num(p['ratio'], '{:.2f} ×')} | {_num(p['p50_ms'], '{:.1f}')} | "
+            f"{_num(p['raw_p50_ms'], '{:.1f}')} | {_num(cpu, '{:.3f}')} | "
+            f"{p['load_avg_1m'][0]:.1f} / {p['load_avg_1m'][1]:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _rule(head: str) -> str:
+    return "|" + " --- |" * (head.count("|") - 1)
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def plot(directory: str, curve: dict[str, Any]) -> str:
+    """sends/s and raw tx/s against senders (log 2), node CPU per send below."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(directory, exist_ok=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    for per_scope in sorted({p["senders_per_scope"] for p in curve["points"]}):
+        pts = [p for p in curve["points"] if p["senders_per_scope"] == per_scope]
+        xs = [p["senders"] for p in pts]
+        label = f"{per_scope} sender{'s' if per_scope > 1 else ''}/scope"
+        (line,) = top.plot(xs, [p["sends_per_s"] for p in pts], marker="o", label=f"node, {label}")
+        top.plot(
+            xs,
+            [p["raw_tx_per_s"] for p in pts],
+            marker="x",
+            linestyle="--",
+            color=line.get_color(),
+            alpha=0.6,
+            label=f"raw statement (measured with {label})",
+        )
+        bottom.plot(
+            xs, [p["node_cpu_ms_per_send"] or 0.0 for p in pts], marker="o", label=f"node, {label}"
+        )
+    top.set_ylabel("sends/s")
+    top.set_title("throughput against the raw send statement, same run")
+    top.legend(fontsize=8)
+    top.grid(True, alpha=0.3)
+    bottom.set_ylabel("node CPU per send (ms)")
+    bottom.set_xlabel("concurrent senders")
+    bottom.set_xscale("log", base=2)
+    bottom.legend(fontsize=8)
+    bottom.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(directory, "throughput-curve.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
