@@ -13,7 +13,7 @@ import structlog
 import trio
 
 from actors.model import MemberType
-from node.config import Settings
+from node.config import Settings, load_moderation
 from node.database import autocommit, open_database
 from node.hub import Hub
 from node.metrics import Metrics
@@ -102,6 +102,9 @@ async def serve_node(
             metrics=metrics,
             resolver=Resolver(pool),
         )
+        services.moderation = load_moderation(settings)
+        if settings.moderation_file is not None:
+            nursery.start_soon(reload_moderation_on_hup, services)
         metrics.gauges["sessions"] = lambda: float(len(services.sessions))
         metrics.gauges["actors"] = lambda: float(len(registry))
         nursery.start_soon(marker.run)
@@ -135,6 +138,20 @@ async def sweep_sessions(services: Services) -> None:
         now = trio.current_time()
         for session in list(services.sessions):
             session.check(now)
+
+
+async def reload_moderation_on_hup(services: Services) -> None:
+    """Re-read ``--moderation-file`` on SIGHUP; a file that cannot be read keeps
+    the list in force (and says so in the log)."""
+    with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            try:
+                keywords = load_moderation(services.settings)
+            except (OSError, UnicodeDecodeError) as exc:
+                log.error("moderation_reload_failed", error=str(exc))
+                continue
+            services.moderation = keywords
+            log.info("moderation_reloaded", keywords=len(keywords))
 
 
 async def _wait_for_signal() -> None:

@@ -25,7 +25,7 @@ import trio
 
 from actors.model import MemberType
 from node import logs
-from node.config import Settings
+from node.config import Settings, load_moderation
 from node.database import open_database, verify
 from storage import directory, scopes
 from storage.errors import (
@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--node-id", default="")
     serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--moderation-file",
+        type=Path,
+        default=None,
+        help="keyword list, one keyword or phrase per line; human sends that match are "
+        "refused (moderation_blocked); re-read on SIGHUP",
+    )
 
     admin = commands.add_parser("admin", help="provision workspaces, members, tokens")
     admin_commands = admin.add_subparsers(dest="admin_command", required=True)
@@ -166,7 +173,14 @@ def _serve(args: argparse.Namespace) -> int:
         database_url=args.database_url or Settings.database_url_from_env(),
         node_id=args.node_id,
         log_level=args.log_level,
+        moderation_file=args.moderation_file,
     )
+    try:
+        load_moderation(settings)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        print(f"scopenode: --moderation-file: {reason}", file=sys.stderr)
+        return USAGE_ERROR
     logs.configure(settings.log_level)
     try:
         with contextlib.suppress(KeyboardInterrupt):

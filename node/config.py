@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.moderation import KeywordList, parse_keyword_file
 from actors.scope_state import ROW_LIMIT
 from node.limits import (
     MAX_SESSIONS_ENV,
@@ -42,6 +43,8 @@ class Settings:
     # few of them): the page can come back short or empty with hasMore.
     history_candidate_budget: int = 1000
     moderation_keywords: tuple[str, ...] = field(default_factory=tuple)
+    # One keyword or phrase per line, read at start and again on SIGHUP.
+    moderation_file: Path | None = None
     outbox: WorkerSettings = field(default_factory=WorkerSettings)
     redeliver_limit: int = 1000
     # Characters per message row; longer sends become chunked logical sends.
@@ -59,3 +62,12 @@ class Settings:
     @staticmethod
     def database_url_from_env() -> str | None:
         return os.environ.get("DATABASE_URL") or None
+
+
+def load_moderation(settings: Settings) -> KeywordList:
+    """``moderation_keywords`` and the lines of ``moderation_file`` (OSError and
+    UnicodeDecodeError propagate: the caller decides whether that is fatal)."""
+    keywords = list(settings.moderation_keywords)
+    if settings.moderation_file is not None:
+        keywords += parse_keyword_file(settings.moderation_file.read_text(encoding="utf-8"))
+    return KeywordList.of(keywords)

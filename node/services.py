@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.moderation import KeywordList
 from node.config import Settings
 from node.hub import Hub
 from node.metrics import Metrics
@@ -28,3 +29,5 @@ class Services:
     port: int = 0
     sessions: set[Any] = field(default_factory=set)
     worker: Any = None
+    # Swapped whole on SIGHUP (node/app.py); sends read it without a lock.
+    moderation: KeywordList = field(default_factory=KeywordList)

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from actors.mentions import mode_for_forward
-from actors.model import Member
+from actors.model import Member, MemberType
 from actors.scope_state import SendCommand
 from actors.send_rules import check_send_fields, recipient_errors
 from node.services import Services
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import CAPABILITY_FRESHNESS, Send, SendResult, SourceRef
-from storage import directory, messages, scopes
+from storage import directory, messages, moderation, scopes
 
 SendReply = Callable[[SendResult | OperationError], None]
 
@@ -71,6 +71,8 @@ async def submit_send(
     )
     if sources:
         await check_sources(services, member, sources)
+    if member.type is MemberType.HUMAN:
+        await check_moderation(services, member, request.target, request.content)
     scope_id = services.resolver.cached(member, request.target)
     if scope_id is None:
         scope_id = await services.resolver.resolve(member, request.target)
@@ -113,3 +115,41 @@ async def check_sources(services: Services, member: Member, sources: Sequence[So
                 raise OperationError(
                     ErrorCode.FORBIDDEN, "the sender cannot read this message", path=path
                 )
+
+
+async def check_moderation(services: Services, member: Member, target: str, content: str) -> None:
+    """A human's send that matches the keyword list is refused (docs/design.md#moderation).
+
+    Nothing of the send is written (no message, outbox row or search document,
+    nothing pushed, no DM or thread created for it); the one trace is its
+    ``moderation_audit_log`` row.
+    """
+    matched = services.moderation.matches(content)
+    if not matched:
+        return
+    scope_id = services.resolver.cached(member, target)
+    if scope_id is None and (
+        target.startswith("scope:") or (target[:1] == "#" and ":" not in target)
+    ):
+        # These forms resolve without creating anything; a DM or a thread
+        # target is only looked up when it is already cached.
+        try:
+            scope_id = await services.resolver.resolve(member, target)
+        except OperationError:
+            scope_id = None
+    async with services.pool.connection() as conn:
+        await moderation.record_blocked(
+            conn,
+            workspace_id=member.workspace_id,
+            scope_id=scope_id,
+            target=target,
+            human_member_id=member.id,
+            author_member_id=member.id,
+            content=content,
+            matched=matched,
+        )
+    raise OperationError(
+        ErrorCode.MODERATION_BLOCKED,
+        "the message matches the deployment's keyword list",
+        details={"matched": list(matched)},
+    )
