@@ -70,6 +70,7 @@ class Mention:
 _FORWARD_MODES: dict[str | None, MentionMode] = {
     None: MentionMode.NORMAL,
     "normal": MentionMode.NORMAL,
+    "quote": MentionMode.NORMAL,
     "single": MentionMode.SINGLE_FORWARD,
     "multi": MentionMode.MULTI_FORWARD,
     "explicit_context": MentionMode.EXPLICIT_CONTEXT,

@@ -15,6 +15,7 @@ from typing import Any
 from actors.mentions import MentionMode, live_handles
 from actors.model import DeliveryPolicy, Member, Membership, MemberType, NotificationState
 from actors.policy import ThreadFacts, private_authority, thread_admission
+from actors.sources import SourceSpec
 from actors.visibility import VisibilityContext, readable
 
 _NEVER_WAKE = frozenset(
@@ -40,6 +41,9 @@ class MessageIntent:
     # content and restricted to this chunk (a fence opened in an earlier chunk
     # keeps its tokens inert). None: parse ``content``.
     live_mentions: frozenset[str] | None = None
+    # Quotes, forwards and explicit context, written with the message
+    # (actors/sources.py); they never decide delivery.
+    sources: tuple[SourceSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from actors.planner import MessageIntent, MessagePlan, ScopeContext, plan_messag
 from actors.policy import ThreadFacts, can_post, thread_admission
 from actors.ports import CommittedSend, ThreadActivity
 from actors.send_rules import CHUNK_SUFFIX, recipient_authority_error
+from actors.sources import source_specs
 from actors.visibility import VisibilityContext, readable
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import FreshnessIn, SendResult
@@ -339,6 +340,7 @@ class ScopeState:
             attachment_ids=cmd.attachment_ids,
             metadata=cmd.metadata,
             live_mentions=cmd.live_mentions,
+            sources=source_specs(cmd.forward, cmd.recipient_members),
         )
         plan = plan_message(intent, author, self.scope_context(), expected_seq=expected)
         self.latest_seq = plan.seq

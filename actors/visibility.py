@@ -16,13 +16,18 @@ Rules:
   its own messages, its owner's, those of grantees of its owner (within the
   grant's wall-clock interval; thread scopes also use the parent's grants),
   and those of same-owner private agents that had a private membership
-  covering the message too.
+  covering the message too;
+- a private agent also reads (reason ``context``) the messages an explicit-
+  context send addressed to it opened: ``VisibilityContext.context`` holds
+  them per agent. An actor loads none: no row can name a message it is only
+  now sending, so fan-out is exact without them, and freshness is held only by
+  what the agent reads by membership.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from actors.model import Member, Membership, PrivateGrant
@@ -45,6 +50,8 @@ class VisibilityContext:
     parent_readers: frozenset[str] = frozenset()
     # The scope is a reply thread: humans and public agents read it through the parent.
     thread: bool = False
+    # Private agent id → message ids its recipient_context rows open to it.
+    context: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def intervals(self, member_id: str) -> tuple[Membership, ...]:
         return self.memberships.get(member_id, ())
@@ -56,8 +63,29 @@ def readable(
     author_id: str,
     seq: int,
     created_at: datetime,
+    message_id: str | None = None,
 ) -> Readable | None:
-    """Why ``viewer`` may read the message (author, seq, created_at), or None."""
+    """Why ``viewer`` may read the message (author, seq, created_at), or None.
+
+    ``message_id`` is needed only for the ``context`` reason."""
+    found = _readable(ctx, viewer, author_id, seq, created_at)
+    if (
+        found is None
+        and message_id is not None
+        and viewer.is_private_agent
+        and message_id in ctx.context.get(viewer.id, ())
+    ):
+        return Readable("context")
+    return found
+
+
+def _readable(
+    ctx: VisibilityContext,
+    viewer: Member,
+    author_id: str,
+    seq: int,
+    created_at: datetime,
+) -> Readable | None:
     intervals = ctx.intervals(viewer.id)
     if not viewer.is_private_agent:
         if ctx.thread and viewer.id not in ctx.parent_readers:

@@ -10,8 +10,10 @@ import msgspec
 from actors.model import Member, StoredMessage
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend
+from actors.sources import VIEW_KIND
 from protocol.frames import AuthorView, MemberView, MessageView
 from storage.applier import message_metadata
+from storage.sources import pending
 
 
 def rfc3339(at: datetime) -> str:
@@ -74,7 +76,14 @@ def committed_message_view(plan: MessagePlan, commit: CommittedSend) -> MessageV
         metadata=message_metadata(plan),
         mentions=plan.mentions,
     )
-    return stored_message_view(stored, plan.author.id)
+    view = stored_message_view(stored, plan.author.id)
+    # One encoding serves every reader, so no source is checked per reader
+    # here: each is ``pending`` until the reader reads the message through
+    # history (docs/design.md#sources).
+    view.sources = [
+        pending(VIEW_KIND[s.kind]) for s in intent.sources if s.context_member_id is None
+    ]
+    return view
 
 
 def without_recipients(view: MessageView) -> MessageView:

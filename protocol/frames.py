@@ -268,6 +268,9 @@ class MessageView(Struct, rename="camel", kw_only=True):
     sources: list[dict[str, Any]] = []
     attachments: list[dict[str, Any]] = []
     mentions: list[str] = []
+    # docs/design.md#reactions: [{emoji, count, memberIds}] by first reaction,
+    # at most 20 memberIds each; filled by history and resume, empty on a new message.
+    reactions: list[dict[str, Any]] = []
 
 
 class ThreadSummary(Struct, rename="camel", kw_only=True):

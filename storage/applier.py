@@ -37,6 +37,7 @@ import msgspec
 from actors.model import IdempotencyRecord
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend, FenceLost, IdempotencyRace
+from actors.sources import source_rows
 from storage.errors import map_errors
 from storage.pg import Prepared, TrioConnection
 
@@ -112,6 +113,15 @@ WITH existing AS (
             WHEN 'agent_wake' THEN %(wake_retry_after)s ELSE %(replay_after)s END
     FROM message, jsonb_to_recordset(%(outbox)s::jsonb)
         AS o(fanout_type text, policy text, target text, dedupe_key text, reason text)
+), sources AS (
+    INSERT INTO scope_message_sources (
+        target_scope_id, message_id, ordinal, source_scope_id, source_seq, source_message_id,
+        source_kind, source_dedupe_key, context_member_id, created_at)
+    SELECT %(scope_id)s, message.id, s.ordinal, src.scope_id, src.seq, src.id, s.kind,
+        s.dedupe_key, s.member_id, %(created_at)s
+    FROM message, jsonb_to_recordset(%(sources)s::jsonb)
+        AS s(ordinal integer, message_id text, kind text, member_id text, dedupe_key text)
+    JOIN scope_messages src ON src.id = s.message_id
 )
 SELECT 'sent', id, seq, workspace_global_seq, NULL::bytea, clock_timestamp() FROM message
 UNION ALL
@@ -140,7 +150,7 @@ WITH p AS (
         author_id text, author_type text, client_message_id text, digest text,
         message_type text, content text, metadata jsonb, created_at timestamptz,
         expected_seq bigint, expected_generation bigint, roster_bump integer,
-        parent_id text, parent_generation bigint, joins jsonb, outbox jsonb)
+        parent_id text, parent_generation bigint, joins jsonb, outbox jsonb, sources jsonb)
 ), existing AS (
     -- LATERAL ... LIMIT 1: one index probe per row. As a plain join the
     -- planner, told 100 rows by jsonb_to_recordset, hashes p and scans every
@@ -224,6 +234,15 @@ WITH p AS (
             WHEN 'agent_wake' THEN %(wake_retry_after)s ELSE %(replay_after)s END
     FROM sent, jsonb_to_recordset(sent.outbox)
         AS o(fanout_type text, policy text, target text, dedupe_key text, reason text)
+), sources AS (
+    INSERT INTO scope_message_sources (
+        target_scope_id, message_id, ordinal, source_scope_id, source_seq, source_message_id,
+        source_kind, source_dedupe_key, context_member_id, created_at)
+    SELECT sent.scope_id, sent.message_id, s.ordinal, src.scope_id, src.seq, src.id, s.kind,
+        s.dedupe_key, s.member_id, sent.created_at
+    FROM sent CROSS JOIN LATERAL jsonb_to_recordset(sent.sources)
+        AS s(ordinal integer, message_id text, kind text, member_id text, dedupe_key text)
+    JOIN scope_messages src ON src.id = s.message_id
 )
 SELECT 'sent', ord, message_id, seq, global_seq, NULL::bytea, clock_timestamp() FROM sent
 UNION ALL
@@ -256,6 +275,7 @@ _SEND_TYPES = {
     "parent_generation": _INT8,
     "joins": _UNKNOWN,
     "plans": _UNKNOWN,
+    "sources": _UNKNOWN,
 }
 _SEND, _SEND_NAMES = Prepared.from_named("scopenode_send_v2", SEND_MESSAGE, _SEND_TYPES)
 _GROUP, _GROUP_NAMES = Prepared.from_named("scopenode_send_group_v2", SEND_GROUP, _SEND_TYPES)
@@ -287,6 +307,7 @@ def _group_row(ord_: int, k: int, plan: MessagePlan) -> dict[str, Any]:
         "parent_generation": plan.parent_fence[1] if plan.parent_fence else None,
         "joins": _joins(plan),
         "outbox": _outbox(plan),
+        "sources": source_rows(intent.sources),
     }
 
 
@@ -404,6 +425,7 @@ def send_parameters(plan: MessagePlan) -> dict[str, Any]:
         "parent_id": plan.parent_fence[0] if plan.parent_fence else None,
         "parent_generation": plan.parent_fence[1] if plan.parent_fence else None,
         "joins": _json(_joins(plan)),
+        "sources": _json(source_rows(intent.sources)),
     }
 
 
@@ -539,5 +561,6 @@ async def prepare_baseline(conn: TrioConnection) -> tuple[Any, ...]:
         "parent_id": None,
         "parent_generation": None,
         "joins": "[]",
+        "sources": "[]",
     }
     return tuple(values[name] for name in _BASELINE_NAMES)

@@ -19,6 +19,11 @@ computed here, never materialised as rows). A thread membership alone
 grants nothing, so a member who left the parent stops reading its threads.
 The constant guards let the planner drop that lookup for channel members and
 for private agents.
+
+A private agent also reads, by reason ``context``, exactly the messages an
+explicit-context send addressed to it opened (its ``recipient_context`` rows
+in ``scope_message_sources``, docs/design.md#sources), wherever they are and
+whether or not it is a member there; every other reason comes first.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from actors.model import Member
 READABLE_JOIN = """
 CROSS JOIN LATERAL (
     SELECT
-        CASE
+        COALESCE(CASE
             WHEN %(viewer_public)s AND NOT %(in_thread)s THEN 'member'
             WHEN NOT %(viewer_private)s AND EXISTS (
                 SELECT 1 FROM scopes ts
@@ -44,7 +49,12 @@ CROSS JOIN LATERAL (
             WHEN m.author_member_id = %(owner_id)s THEN 'owner'
             WHEN g.id IS NOT NULL THEN 'grant'
             WHEN so.same_owner THEN 'same_owner_private'
-        END AS reason,
+        END, CASE
+            WHEN %(viewer_private)s AND EXISTS (
+                SELECT 1 FROM scope_message_sources cx
+                WHERE cx.context_member_id = %(viewer_id)s AND cx.source_message_id = m.id
+            ) THEN 'context'
+        END) AS reason,
         CASE
             WHEN NOT %(viewer_public)s AND pm.covered
                  AND m.author_member_id <> %(viewer_id)s

@@ -17,6 +17,7 @@ from actors.mentions import mode_for_forward
 from actors.model import Member, MemberType
 from actors.scope_state import SendCommand
 from actors.send_rules import check_send_fields, recipient_errors
+from actors.sources import SOURCE_COUNTS
 from node.services import Services
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import CAPABILITY_FRESHNESS, Send, SendResult, SourceRef
@@ -66,6 +67,8 @@ async def submit_send(
         attachment_ids=request.attachment_ids,
         source_ids=[source.message_id for source in sources],
     )
+    if request.forward is not None:
+        source_count_check(request.forward.mode, len(sources))
     recipients = (
         await recipient_members(services, member, request.recipients) if request.recipients else ()
     )
@@ -92,6 +95,18 @@ async def recipient_members(
     if error is not None:
         raise error
     return tuple(found[member_id] for member_id in recipients)
+
+
+def source_count_check(mode: str, count: int) -> None:
+    """A quote and a single forward cite one message; multi and explicit context at least one."""
+    low, high = SOURCE_COUNTS[mode]
+    if not low <= count <= high:
+        wanted = "exactly one source" if low == high else f"{low} to {high} sources"
+        raise OperationError(
+            ErrorCode.VALIDATION_FAILED,
+            f"forward mode {mode!r} takes {wanted}",
+            path="$.forward.sources",
+        )
 
 
 async def check_sources(services: Services, member: Member, sources: Sequence[SourceRef]) -> None:

@@ -22,7 +22,7 @@ from protocol.frames import (
     ThreadSummary,
     to_builtins,
 )
-from storage import messages, read_state, scopes
+from storage import messages, reactions, read_state, scopes
 from storage.pg import TrioConnection
 from storage.visibility import Viewer
 
@@ -92,6 +92,7 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
     else:
         covers = latest
     shown = [to_builtins(stored_message_view(r.message, member.id)) for r in page.messages]
+    await _with_reactions(ctx, shown)
     if info.type is ScopeType.CHANNEL and shown and not member.is_private_agent:
         await _with_threads(ctx, scope_id, shown)
     result = {
@@ -126,6 +127,21 @@ async def _with_threads(ctx: Context, scope_id: str, shown: list[dict[str, Any]]
             message["thread"] = to_builtins(thread_summary(found))
 
 
+async def _reaction_summaries(ctx: Context, message_ids: list[str]) -> dict[str, list[Any]]:
+    """Message id → ``reactions`` as the viewer may see them (docs/design.md#reactions)."""
+    if not message_ids:
+        return {}
+    async with ctx.services.pool.connection() as conn:
+        found = await reactions.summaries(conn, message_ids, member_of(ctx))
+    return {message_id: [s.view() for s in found[message_id]] for message_id in found}
+
+
+async def _with_reactions(ctx: Context, shown: list[dict[str, Any]]) -> None:
+    summaries = await _reaction_summaries(ctx, [m["id"] for m in shown])
+    for message in shown:
+        message["reactions"] = summaries.get(message["id"], [])
+
+
 def thread_summary(stats: messages.ThreadStats) -> ThreadSummary:
     return ThreadSummary(
         scope_id=stats.scope_id,
@@ -154,8 +170,10 @@ async def resume(ctx: Context, resume_from: dict[str, int]) -> dict[str, int]:
                 ascending=True,
                 budget=ctx.settings.history_candidate_budget,
             )
+        summaries = await _reaction_summaries(ctx, [r.message.id for r in page.messages])
         for readable in page.messages:
             view = stored_message_view(readable.message, viewer.member.id)
+            view.reactions = summaries.get(readable.message.id, [])
             payload = encode(MessageEvent(scope_id=scope_id, message=view))
             # Paced by the writer: a burst of up to 200 messages must not close
             # a reading client as a slow consumer. A client that does not read
