@@ -111,3 +111,11 @@ async def sources_for(
         )
         out.setdefault(message_id, []).append(shown)
     return out
+
+
+# The context rows of one scope's messages: what the twin's
+# ``VisibilityContext.context`` holds (private agent → message ids).
+SELECT_CONTEXT = """
+SELECT context_member_id, source_message_id FROM scope_message_sources
+WHERE source_scope_id = %s AND context_member_id IS NOT NULL
+"""
