@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from actors.model import Member, Membership, MemberType, ScopeInfo, ScopeType
+from actors.model import (
+    Member,
+    Membership,
+    MemberType,
+    NotificationState,
+    ScopeInfo,
+    ScopeType,
+)
 from actors.visibility import VisibilityContext
 
 
@@ -268,3 +276,91 @@ def thread_admission(
     if not authority:
         return Decision(False, authority.reason)
     return Decision(True, addressed, authority.grant_id)
+
+
+# ---------------------------------------------------------------- reactions
+#
+# docs/design.md#reactions. A reaction is activity on a message, not a
+# message: whoever reads the message may react, and who sees a reaction
+# follows who may see the reactor (private memberships stay private).
+
+MAX_EMOJI_CODE_POINTS = 16
+MAX_SHORT_NAME = 32
+_SHORT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_+-")
+# Whitespace, controls, surrogates: never part of an emoji. Format characters
+# (ZWJ, tag characters) stay allowed: emoji sequences are built with them.
+_REFUSED_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cs"})
+
+
+def reaction_emoji_error(emoji: str) -> str | None:
+    """Why ``emoji`` is not a reaction, or None.
+
+    A reaction is ``:short_name:`` (at most 32 characters, the name in
+    ``[a-z0-9_+-]``) or one emoji. "One grapheme cluster" is approximated by
+    a bounded check: 1-16 code points, no whitespace or control characters,
+    and not plain ASCII (ASCII text is only accepted as a short name).
+    """
+    if len(emoji) >= 2 and emoji.startswith(":") and emoji.endswith(":"):
+        name = emoji[1:-1]
+        if len(emoji) > MAX_SHORT_NAME:
+            return f"a short name has at most {MAX_SHORT_NAME} characters"
+        if not name or not set(name) <= _SHORT_NAME_CHARS:
+            return "a short name is :name: with [a-z0-9_+-] only"
+        return None
+    if not emoji or len(emoji) > MAX_EMOJI_CODE_POINTS:
+        return f"an emoji has 1 to {MAX_EMOJI_CODE_POINTS} code points"
+    if any(c.isspace() or unicodedata.category(c) in _REFUSED_CATEGORIES for c in emoji):
+        return "an emoji has no whitespace or control characters"
+    if emoji.isascii():
+        return "plain text is not an emoji; use :short_name:"
+    return None
+
+
+def can_react(ctx: VisibilityContext, reactor: Member) -> Decision:
+    """May ``reactor`` react in this scope at all (the message decides the rest)?
+
+    A human or public agent reads every message of a scope it reads, so this
+    is the whole answer for it. A private agent reads message by message: it
+    needs a private membership interval here, and the SQL predicate then
+    decides on the message itself.
+    """
+    if reactor.is_private_agent:
+        if any(m.is_private for m in ctx.intervals(reactor.id)):
+            return Decision(True, "private_member_reads_per_message")
+        return Decision(False, "not_member")
+    decision = can_read_scope(ctx, reactor)
+    if decision.reason == "former_private_member":
+        return Decision(False, "not_member")
+    return decision
+
+
+def sees_reaction(viewer: Member, reactor: Member) -> bool:
+    """Whether a reader of the message is shown ``reactor``'s reaction.
+
+    A private agent's reaction would reveal its private membership: only the
+    agent and its owner see it. A private agent sees only the reactions of
+    itself, its owner and its owner's other private agents, as it reads no one
+    else's activity by itself.
+    """
+    if viewer.id == reactor.id:
+        return True
+    if viewer.is_private_agent:
+        owner = viewer.owner_member_id
+        return reactor.id == owner or (
+            reactor.is_private_agent and reactor.owner_member_id == owner
+        )
+    return not reactor.is_private_agent or reactor.owner_member_id == viewer.id
+
+
+def reaction_wakes(
+    notification: NotificationState | None, author: Member | None, reactor: Member
+) -> bool:
+    """A reaction wakes an agent only on its own message, only under ``auto-wake``,
+    and only when the agent is shown the reaction."""
+    return (
+        author is not None
+        and author.type is MemberType.AGENT
+        and author.id != reactor.id
+        and notification is NotificationState.AUTO_WAKE
+        and sees_reaction(author, reactor)
+    )

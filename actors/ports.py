@@ -65,6 +65,35 @@ class ThreadActivity:
 
 
 @dataclass(frozen=True, slots=True)
+class ReactionOutcome:
+    """What one reaction statement found and did (docs/design.md#reactions)."""
+
+    fenced: bool  # the scope's roster generation was still the one decided on
+    found: bool  # the message is in the scope
+    readable: bool  # the reactor may read it (the SQL predicate)
+    room: bool  # under the distinct-emoji cap (always True for remove)
+    changed: bool
+    author_id: str | None = None
+    seq: int | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReactionActivity:
+    """A committed reaction change, as its readers learn of it (``reaction``)."""
+
+    scope_id: str
+    message_id: str
+    member_id: str
+    emoji: str
+    op: str
+    # Readers of the message shown this reactor's reactions.
+    audience: frozenset[str]
+    # Agents the reaction wakes: their daemon sessions get the event too.
+    wakes: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class RosterChange:
     """A roster write and the scope's ``roster_generation`` right after it."""
 
@@ -100,6 +129,23 @@ class ScopeStore(Protocol):
     ) -> int:
         """Store the setting; returns the scope's new roster generation."""
 
+    async def react(
+        self,
+        op: str,
+        reactor: Member,
+        scope_id: str,
+        message_id: str,
+        emoji: str,
+        *,
+        generation: int,
+        public_reader: bool,
+        grant_scopes: tuple[str, ...],
+        in_thread: bool,
+        wake: frozenset[str],
+    ) -> ReactionOutcome:
+        """Add or remove one reaction if the reactor reads the message and the
+        roster is still at ``generation``; never touches ``latest_seq``."""
+
 
 class Publisher(Protocol):
     def batch(self) -> AbstractContextManager[None]:
@@ -117,3 +163,6 @@ class Publisher(Protocol):
 
     def publish_thread(self, activity: ThreadActivity) -> None:
         """Tell the parent's readers a thread grew. Must not block or raise."""
+
+    def publish_reaction(self, activity: ReactionActivity) -> None:
+        """Push ``reaction`` to the readers shown it (no outbox). Must not block or raise."""

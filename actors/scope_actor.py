@@ -27,8 +27,25 @@ import trio
 from actors.clock import DbClock
 from actors.mentions import live_handles
 from actors.model import Member, NotificationState, ScopeSnapshot
-from actors.policy import Decision, can_invite, can_join, can_leave, can_remove
-from actors.ports import CommittedSend, FenceLost, IdempotencyRace, Publisher, ScopeStore
+from actors.policy import (
+    Decision,
+    can_invite,
+    can_join,
+    can_leave,
+    can_react,
+    can_remove,
+    reaction_wakes,
+    sees_reaction,
+)
+from actors.ports import (
+    CommittedSend,
+    FenceLost,
+    IdempotencyRace,
+    Publisher,
+    ReactionActivity,
+    ReactionOutcome,
+    ScopeStore,
+)
 from actors.scope_state import (
     ROW_LIMIT,
     Append,
@@ -40,6 +57,7 @@ from actors.scope_state import (
     chunk_client_message_id,
     split_content,
 )
+from actors.visibility import readers
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import FreshnessIn, SendResult
 
@@ -49,6 +67,7 @@ MAX_BATCH = 64
 COMMIT_ATTEMPTS = 3
 
 RosterReply = Callable[[dict[str, object] | OperationError], None]
+ReactReply = Callable[[dict[str, object] | OperationError], None]
 
 
 @dataclass(slots=True)
@@ -65,6 +84,22 @@ class RosterCommand:
     reply: RosterReply
     visibility: str = "public"
     state: NotificationState = NotificationState.ACTIVE
+
+
+@dataclass(slots=True)
+class ReactCommand:
+    """``react`` add/remove on a message of this scope (docs/design.md#reactions).
+
+    Serialised with the scope's other commands but never part of a send
+    group: a reaction takes no send fence and moves no seq. The node has
+    checked the message is in this scope's workspace and the emoji's form.
+    """
+
+    reactor: Member
+    message_id: str
+    emoji: str
+    op: str
+    reply: ReactReply
 
 
 @dataclass(slots=True)
@@ -127,7 +162,7 @@ class ChunkedSend:
         )
 
 
-Command = SendCommand | RosterCommand | ChunkedSend
+Command = SendCommand | RosterCommand | ChunkedSend | ReactCommand
 SendObserver = Callable[[str, bool], None]
 
 
@@ -239,7 +274,29 @@ class ScopeActor:
             cmd.reply(_unavailable("scope actor stopped; retry"))
 
     async def _process(self, batch: list[Command]) -> bool:
-        """Run a batch in arrival order; False when the actor must stop and reload."""
+        """Run a batch; False when the actor must stop and reload.
+
+        Reactions run after the batch's sends and roster changes, in their own
+        order: they never split a send group (no send-path slowdown), and a
+        reaction cannot depend on a send of the same batch (its message was
+        committed before the reactor learnt its id).
+        """
+        reacts = [cmd for cmd in batch if isinstance(cmd, ReactCommand)]
+        if reacts:
+            batch = [cmd for cmd in batch if not isinstance(cmd, ReactCommand)]
+        if not await self._process_ordered(batch):
+            for cmd in reacts:
+                cmd.reply(_unavailable("scope actor is reloading; retry"))
+            return False
+        for index, cmd in enumerate(reacts):
+            if not await self._process_react(cmd):
+                for rest in reacts[index + 1 :]:
+                    rest.reply(_unavailable("scope state could not be loaded; retry"))
+                return False
+        return True
+
+    async def _process_ordered(self, batch: list[Command]) -> bool:
+        """Run sends and roster changes in arrival order."""
         group: list[SendCommand] = []
         for cmd in batch:
             if isinstance(cmd, SendCommand) and len(cmd.content) > self.row_limit:
@@ -254,6 +311,7 @@ class ScopeActor:
             if isinstance(cmd, SendCommand):
                 group.append(cmd)
                 continue
+            assert isinstance(cmd, RosterCommand)
             if group and not await self._process_sends(group):
                 return False
             group = []
@@ -535,6 +593,123 @@ class ScopeActor:
             return {"state": cmd.state.value}
         raise OperationError(ErrorCode.VALIDATION_FAILED, f"unknown roster op {cmd.op}")
 
+    # ------------------------------------------------------------ reactions
+
+    async def _process_react(self, cmd: ReactCommand) -> bool:
+        """Decide on the cached roster, write in one fenced statement, then push.
+
+        The statement checks the scope's ``roster_generation`` is still the
+        cache's (the viewer parameters come from it) and the SQL readable
+        predicate on the message; a generation miss reloads and tries again.
+        False only when the scope could not be loaded.
+        """
+        for attempt in range(COMMIT_ATTEMPTS):
+            if self.stale and not await self._reload():
+                cmd.reply(_unavailable("scope state could not be loaded; retry"))
+                return False
+            state = self.state
+            assert state is not None
+            decision = can_react(state.visibility, cmd.reactor)
+            if not decision and attempt == 0:
+                # The cache may be behind a join on another node: a refusal is
+                # decided on the database's roster.
+                if not await self._fresh_for_roster(state):
+                    cmd.reply(_unavailable("scope state could not be loaded; retry"))
+                    return False
+                state = self.state
+                assert state is not None
+                decision = can_react(state.visibility, cmd.reactor)
+            if not decision:
+                cmd.reply(_react_forbidden(decision.reason))
+                return True
+            try:
+                outcome = await self._store.react(
+                    cmd.op,
+                    cmd.reactor,
+                    self.scope_id,
+                    cmd.message_id,
+                    cmd.emoji,
+                    generation=state.roster_generation,
+                    public_reader=_public_reader(state, cmd.reactor),
+                    grant_scopes=_grant_scopes(state),
+                    in_thread=state.thread is not None,
+                    wake=_wake_candidates(state, cmd.reactor),
+                )
+            except Exception as exc:
+                if isinstance(exc, trio.Cancelled):
+                    raise
+                log.warning("scope_reaction_failed", op=cmd.op, error=repr(exc))
+                cmd.reply(_unavailable("the reaction was not stored; retry"))
+                return True
+            if not outcome.fenced:
+                if not await self._reload():
+                    cmd.reply(_unavailable("scope state could not be loaded; retry"))
+                    return False
+                continue
+            if not outcome.found:
+                cmd.reply(
+                    OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
+                )
+            elif not outcome.readable:
+                cmd.reply(_react_forbidden("message_not_readable"))
+            elif not outcome.room:
+                cmd.reply(
+                    OperationError(
+                        ErrorCode.VALIDATION_FAILED,
+                        "a message carries at most 20 distinct reactions",
+                        path="$.emoji",
+                        details={"reason": "too_many_distinct_emoji"},
+                    )
+                )
+            else:
+                with self._publisher.batch():
+                    cmd.reply({"changed": outcome.changed})
+                    if outcome.changed:
+                        self._publisher.publish_reaction(
+                            self._reaction_activity(state, cmd, outcome)
+                        )
+            return True
+        cmd.reply(_unavailable("could not react after concurrent roster changes; retry"))
+        return True
+
+    def _reaction_activity(
+        self, state: ScopeState, cmd: ReactCommand, outcome: ReactionOutcome
+    ) -> ReactionActivity:
+        """Who hears of the change: the message's readers shown this reactor's
+        reactions; the author too when the reaction wakes it."""
+        assert outcome.author_id is not None
+        assert outcome.seq is not None
+        assert outcome.created_at is not None
+        reactor = cmd.reactor
+        shown = frozenset(
+            reader
+            for reader in readers(
+                state.visibility,
+                state.current_readers() | state.parent_readers | {reactor.id},
+                outcome.author_id,
+                outcome.seq,
+                outcome.created_at,
+            )
+            if sees_reaction(state.members[reader], reactor)
+        )
+        author = state.members.get(outcome.author_id)
+        woken = (
+            frozenset({outcome.author_id})
+            if cmd.op == "add"
+            and outcome.author_id in shown
+            and reaction_wakes(state.notification.get(outcome.author_id), author, reactor)
+            else frozenset()
+        )
+        return ReactionActivity(
+            scope_id=self.scope_id,
+            message_id=cmd.message_id,
+            member_id=reactor.id,
+            emoji=cmd.emoji,
+            op=cmd.op,
+            audience=shown,
+            wakes=woken,
+        )
+
     def _publish_roster(self, state: ScopeState, member_id: str, op: str, visibility: str) -> None:
         audience = self._roster_audience(state, member_id, visibility)
         self._publisher.publish_membership(self.scope_id, member_id, op, visibility, audience)
@@ -564,3 +739,33 @@ def _roster_decision(state: ScopeState, cmd: RosterCommand) -> Decision | None:
     if cmd.op == "remove":
         return can_remove(state.scope, state.visibility, cmd.actor, cmd.member)
     return None
+
+
+def _react_forbidden(reason: str) -> OperationError:
+    return OperationError(
+        ErrorCode.FORBIDDEN,
+        "you cannot react to this message",
+        details={"reason": reason},
+    )
+
+
+def _public_reader(state: ScopeState, member: Member) -> bool:
+    """The reactor holds a current public membership (the SQL predicate's ``viewer_public``)."""
+    return not member.is_private_agent and any(
+        m.is_current and not m.is_private for m in state.intervals.get(member.id, ())
+    )
+
+
+def _grant_scopes(state: ScopeState) -> tuple[str, ...]:
+    parent = state.thread.parent_scope_id if state.thread is not None else None
+    return (state.scope.id, parent) if parent else (state.scope.id,)
+
+
+def _wake_candidates(state: ScopeState, reactor: Member) -> frozenset[str]:
+    """Agents a reaction by ``reactor`` would wake were it on their own message."""
+    return frozenset(
+        member_id
+        for member_id, setting in state.notification.items()
+        if setting is NotificationState.AUTO_WAKE
+        and reaction_wakes(setting, state.members.get(member_id), reactor)
+    )

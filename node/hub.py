@@ -30,7 +30,7 @@ from typing import Protocol
 import structlog
 
 from actors.planner import MessagePlan
-from actors.ports import CommittedSend, ThreadActivity
+from actors.ports import CommittedSend, ReactionActivity, ThreadActivity
 from node.outbound import coalesced_writes
 from node.views import committed_message_view, rfc3339, without_recipients
 from node.wsframe import frame
@@ -40,6 +40,7 @@ from protocol.frames import (
     Deliver,
     MembershipEvent,
     MessageEvent,
+    ReactionEvent,
     ThreadSummary,
     ThreadUpdatedEvent,
 )
@@ -223,6 +224,32 @@ class Hub:
             for session in self._sessions.get(reader, ()):
                 if not session.is_muted(scope_id):
                     session.push(payload)
+
+    def publish_reaction(self, activity: ReactionActivity) -> None:
+        """``reaction`` straight to the sessions of the readers shown it.
+
+        Delivery policy *direct*: no outbox row, nothing to replay; a session
+        that misses it reads the summary in history or resume
+        (docs/design.md#reactions). An agent's daemon session gets it only as a
+        wake (its own message under ``auto-wake``); its other sessions read it
+        like anyone's.
+        """
+        scope_id = activity.scope_id
+        payload = encode(
+            ReactionEvent(
+                scope_id=scope_id,
+                message_id=activity.message_id,
+                member_id=activity.member_id,
+                emoji=activity.emoji,
+                op=activity.op,  # type: ignore[arg-type]
+            )
+        )
+        for reader in activity.audience:
+            woken = reader in activity.wakes
+            for session in self._sessions.get(reader, ()):
+                if (woken or not session.is_daemon) and not session.is_muted(scope_id):
+                    session.push(payload)
+        self.events_published += 1
 
     def publish_membership(
         self, scope_id: str, member_id: str, op: str, visibility: str, audience: frozenset[str]

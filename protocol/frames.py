@@ -67,7 +67,9 @@ class SourceRef(Struct, rename="camel", kw_only=True):
 
 
 class ForwardIn(Struct, rename="camel", kw_only=True):
-    mode: Literal["single", "multi", "explicit_context"]
+    # ``quote``: a reply citing one message (mentions stay live, as in a plain
+    # send); the others forward (docs/design.md#sources).
+    mode: Literal["quote", "single", "multi", "explicit_context"]
     sources: Annotated[list[SourceRef], Meta(max_length=100)] = []
 
 

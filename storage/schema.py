@@ -23,6 +23,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "initial", "schema_v1.sql"),
     (2, "default_channels", "schema_v2_default_channels.sql"),
     (3, "reactions", "schema_v3_reactions.sql"),
+    (6, "sources", "schema_v6_sources.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators
 _BOOKKEEPING = "schema_migrations"

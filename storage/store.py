@@ -6,11 +6,12 @@ from collections.abc import Sequence
 
 from actors.model import IdempotencyRecord, Member, NotificationState, ScopeSnapshot
 from actors.planner import MessagePlan
-from actors.ports import CommittedSend, RosterChange
+from actors.ports import CommittedSend, ReactionOutcome, RosterChange
 from actors.scope_state import RECENT_TAIL
-from storage import applier, messages, scopes
+from storage import applier, messages, reactions, scopes
 from storage.group_commit import GroupCommitter
 from storage.pg import Pool
+from storage.visibility import Viewer
 
 
 class PgScopeStore:
@@ -66,3 +67,23 @@ class PgScopeStore:
     ) -> int:
         async with self._pool.connection() as conn:
             return await scopes.set_notification(conn, scope_id, member_id, state)
+
+    async def react(
+        self,
+        op: str,
+        reactor: Member,
+        scope_id: str,
+        message_id: str,
+        emoji: str,
+        *,
+        generation: int,
+        public_reader: bool,
+        grant_scopes: tuple[str, ...],
+        in_thread: bool,
+        wake: frozenset[str],
+    ) -> ReactionOutcome:
+        viewer = Viewer(reactor, public_reader, grant_scopes, in_thread)
+        async with self._pool.connection() as conn:
+            return await reactions.react(
+                conn, op, viewer, scope_id, generation, message_id, emoji, wake
+            )

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from actors.model import Member, MemberType, NotificationState
 from actors.planner import MessagePlan
-from actors.ports import CommittedSend, ThreadActivity
+from actors.ports import CommittedSend, ReactionActivity, ThreadActivity
 from actors.scope_actor import ScopeActor
 from actors.scope_state import SendCommand
 from node.database import autocommit
@@ -85,6 +85,9 @@ class RecordingPublisher:
         pass
 
     def publish_thread(self, activity: ThreadActivity) -> None:
+        pass
+
+    def publish_reaction(self, activity: ReactionActivity) -> None:
         pass
 
 

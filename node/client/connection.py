@@ -188,6 +188,12 @@ class Client:
         """The ``history`` op (``beforeSeq``/``afterSeq``/``limit`` as keywords)."""
         return await self.request("history", target=target, **fields)
 
+    async def react(self, message_id: str, emoji: str, op: str = "add") -> dict[str, Any]:
+        """The ``react`` op: add (or, with ``op="remove"``, take back) your reaction
+        ``emoji`` (one emoji or ``:short_name:``) on a message you can read.
+        Returns ``{"changed": bool}``: adding what is already there changes nothing."""
+        return await self.request("react", messageId=message_id, emoji=emoji, op=op)
+
     async def remove(self, scope_id: str, member_id: str) -> dict[str, Any]:
         """The ``remove`` op: end ``member_id``'s membership of the channel ``scope_id``
         (allowed to the channel's owner, and to the owner of a private agent)."""

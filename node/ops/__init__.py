@@ -3,7 +3,7 @@
 ``membership`` (channels and the channel browser, join/leave/invite/remove, members,
 people, notification settings),
 ``reading`` (history, resume, scopes, read state), ``grants``, ``delivery``
-(acks and redelivery), ``messages`` (the send path). Handlers see the session
+(acks and redelivery), ``messages`` (the send path), ``reactions``. Handlers see the session
 only through :class:`node.ops.context.Context`.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.ops import delivery, grants, membership, reading
+from node.ops import delivery, grants, membership, reactions, reading
 from node.ops.context import Context
 from node.ops.delivery import redeliver
 from node.ops.reading import resume
@@ -79,8 +79,7 @@ async def handle(ctx: Context, request: Any) -> Any:
                 ErrorCode.SEARCH_UNAVAILABLE, "search is not ready on this deployment"
             )
         case React():
-            await _readable_message(ctx, request.message_id)
-            raise OperationError(ErrorCode.VALIDATION_FAILED, "reactions are not enabled yet")
+            return await reactions.react(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")
 
 

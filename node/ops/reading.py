@@ -22,7 +22,7 @@ from protocol.frames import (
     ThreadSummary,
     to_builtins,
 )
-from storage import messages, reactions, read_state, scopes
+from storage import messages, reactions, read_state, scopes, sources
 from storage.pg import TrioConnection
 from storage.visibility import Viewer
 
@@ -43,6 +43,9 @@ async def scope_viewer(ctx: Context, scope_id: str) -> tuple[Viewer, ScopeInfo]:
         if info is None or info.workspace_id != member.workspace_id:
             raise OperationError(ErrorCode.NOT_FOUND, "no such scope")
         viewer = await scopes.viewer_for(conn, info, member)
+        if viewer is None:
+            # Explicit context opens single messages of this scope to a private agent.
+            viewer = await sources.context_viewer(conn, info, member)
     if viewer is None:
         raise OperationError(ErrorCode.FORBIDDEN, "not a member of this scope")
     return viewer, info
@@ -61,7 +64,12 @@ async def thread_root(ctx: Context, info: ScopeInfo) -> dict[str, Any] | None:
         root = await messages.readable_message(
             conn, info.parent_scope_id, info.root_message_id, viewer
         )
-    return to_builtins(stored_message_view(root.message, member.id)) if root is not None else None
+        if root is None:
+            return None
+        cited = await sources.sources_for(conn, [root.message.id], member)
+    view = stored_message_view(root.message, member.id)
+    view.sources = cited.get(root.message.id, [])
+    return to_builtins(view)
 
 
 async def history(ctx: Context, request: History) -> dict[str, Any]:
@@ -85,6 +93,7 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
             ascending=ascending,
             budget=ctx.settings.history_candidate_budget,
         )
+        cited = await sources.sources_for(conn, [r.message.id for r in page.messages], member)
     if ascending:
         covers = page.examined_high if page.has_more and page.examined_high else latest
     elif request.before_seq is not None:
@@ -92,6 +101,8 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
     else:
         covers = latest
     shown = [to_builtins(stored_message_view(r.message, member.id)) for r in page.messages]
+    for message in shown:
+        message["sources"] = cited.get(message["id"], [])
     await _with_reactions(ctx, shown)
     if info.type is ScopeType.CHANNEL and shown and not member.is_private_agent:
         await _with_threads(ctx, scope_id, shown)
@@ -170,9 +181,13 @@ async def resume(ctx: Context, resume_from: dict[str, int]) -> dict[str, int]:
                 ascending=True,
                 budget=ctx.settings.history_candidate_budget,
             )
+            cited = await sources.sources_for(
+                conn, [r.message.id for r in page.messages], viewer.member
+            )
         summaries = await _reaction_summaries(ctx, [r.message.id for r in page.messages])
         for readable in page.messages:
             view = stored_message_view(readable.message, viewer.member.id)
+            view.sources = cited.get(readable.message.id, [])
             view.reactions = summaries.get(readable.message.id, [])
             payload = encode(MessageEvent(scope_id=scope_id, message=view))
             # Paced by the writer: a burst of up to 200 messages must not close

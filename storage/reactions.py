@@ -1,0 +1,229 @@
+"""Reactions: the Applier's reaction path and the summaries read surfaces show.
+
+A reaction is non-message activity (docs/design.md#reactions): it never takes
+the send fence, never moves ``latest_seq`` and never writes an outbox row.
+``add`` and ``remove`` are each ONE statement: the readable predicate of
+``storage/visibility.py`` decides whether the reactor may read the message,
+the scope's ``roster_generation`` must still be the one the actor decided on
+(the viewer parameters come from its cached roster), and the write happens
+only when both hold. ``add`` also writes the ``reaction_add`` row of
+``scope_activity_events``; ``remove`` deletes the reaction and suppresses its
+activity rows that are still live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from actors.ids import new_id
+from actors.model import Member
+from actors.ports import ReactionOutcome
+from storage.errors import map_errors
+from storage.pg import TrioConnection
+from storage.visibility import READABLE_JOIN, Viewer
+
+# Distinct emoji one message may carry (the 21st is refused).
+MAX_DISTINCT_EMOJI = 20
+# Reactors named per emoji in a summary; ``count`` is always the full count.
+SHOWN_MEMBERS = 20
+
+_TARGET = f"""
+fence AS (
+    SELECT 1 FROM scopes WHERE id = %(scope_id)s AND roster_generation = %(generation)s
+),
+target AS (
+    SELECT m.id, m.workspace_id, m.scope_id, m.author_member_id, m.seq, m.created_at, v.reason
+    FROM scope_messages m
+    {READABLE_JOIN}
+    WHERE m.id = %(message_id)s AND m.scope_id = %(scope_id)s AND EXISTS (SELECT 1 FROM fence)
+)"""
+
+_OUTCOME = """
+SELECT EXISTS (SELECT 1 FROM fence), t.id IS NOT NULL, t.reason, t.author_member_id,
+       t.seq, t.created_at, {room}, EXISTS (SELECT 1 FROM {changed})
+FROM (SELECT 1) one LEFT JOIN target t ON true
+"""
+
+# Unique per (message, member, emoji): a second add conflicts and changes
+# nothing. The cap counts distinct emoji already on the message; an emoji
+# already there is always room. Adds of one scope are serialised by its
+# actor, so the count cannot race on one node.
+REACT_ADD = (
+    "WITH"
+    + _TARGET
+    + """,
+room AS (
+    SELECT EXISTS (
+        SELECT 1 FROM scope_message_reactions
+        WHERE message_id = %(message_id)s AND emoji = %(emoji)s
+    ) OR (
+        SELECT count(DISTINCT emoji) FROM scope_message_reactions
+        WHERE message_id = %(message_id)s
+    ) < %(max_emoji)s AS ok
+),
+added AS (
+    INSERT INTO scope_message_reactions (scope_id, message_id, member_id, emoji)
+    SELECT t.scope_id, t.id, %(member_id)s, %(emoji)s FROM target t, room
+    WHERE t.reason IS NOT NULL AND room.ok
+    ON CONFLICT DO NOTHING
+    RETURNING message_id
+),
+activity AS (
+    INSERT INTO scope_activity_events (
+        id, workspace_id, scope_id, activity_type, activity_ref_type, activity_ref_id,
+        activity_global_seq, source_message_id, actor_member_id, reason, payload
+    )
+    SELECT %(event_id)s, t.workspace_id, t.scope_id, 'reaction_add', 'reaction', %(ref_id)s,
+           nextval('scope_activity_global_seq'), t.id, %(member_id)s,
+           CASE WHEN t.author_member_id = ANY(%(wake)s::text[]) THEN 'author_auto_wake'
+                ELSE 'reaction' END,
+           jsonb_build_object('emoji', %(emoji)s::text)
+    FROM added, target t
+)"""
+    + _OUTCOME.format(room="(SELECT ok FROM room)", changed="added")
+)
+
+REACT_REMOVE = (
+    "WITH"
+    + _TARGET
+    + """,
+removed AS (
+    DELETE FROM scope_message_reactions r USING target t
+    WHERE t.reason IS NOT NULL AND r.message_id = t.id
+      AND r.member_id = %(member_id)s AND r.emoji = %(emoji)s
+    RETURNING r.message_id
+),
+suppressed AS (
+    UPDATE scope_activity_events e SET suppressed_at = now()
+    FROM removed
+    WHERE e.activity_ref_type = 'reaction' AND e.activity_ref_id = %(ref_id)s
+      AND e.suppressed_at IS NULL
+)"""
+    + _OUTCOME.format(room="true", changed="removed")
+)
+
+# Summaries of many messages in one round trip, ordered by first reaction.
+# Who may see whose reaction is the rule of actors.policy.sees_reaction: a
+# private agent's reaction only by itself and its owner; a private agent
+# sees only its own, its owner's and its owner's other private agents'.
+SUMMARIES = """
+SELECT r.message_id, r.emoji, count(*),
+       (array_agg(r.member_id ORDER BY r.created_at, r.member_id COLLATE "C"))[1:%(shown)s]
+FROM scope_message_reactions r
+JOIN members rm ON rm.id = r.member_id
+WHERE r.message_id = ANY(%(ids)s)
+  AND CASE WHEN %(viewer_private)s
+           THEN r.member_id = %(viewer_id)s OR r.member_id = %(owner_id)s
+                OR (rm.is_private AND rm.owner_member_id = %(owner_id)s)
+           ELSE NOT rm.is_private OR r.member_id = %(viewer_id)s
+                OR rm.owner_member_id = %(viewer_id)s
+      END
+GROUP BY r.message_id, r.emoji
+ORDER BY r.message_id, min(r.created_at), r.emoji COLLATE "C"
+"""
+
+
+def reaction_ref(message_id: str, member_id: str, emoji: str) -> str:
+    """``activity_ref_id`` of a reaction: the reaction table's key, as one text."""
+    return f"{message_id}/{member_id}/{emoji}"
+
+
+def react_params(
+    viewer: Viewer,
+    scope_id: str,
+    generation: int,
+    message_id: str,
+    emoji: str,
+    wake: Collection[str] = (),
+) -> dict[str, Any]:
+    member_id = viewer.member.id
+    return {
+        **viewer.params(),
+        "scope_id": scope_id,
+        "generation": generation,
+        "message_id": message_id,
+        "member_id": member_id,
+        "emoji": emoji,
+        "max_emoji": MAX_DISTINCT_EMOJI,
+        "event_id": new_id("act"),
+        "ref_id": reaction_ref(message_id, member_id, emoji),
+        "wake": list(wake),
+    }
+
+
+async def react(
+    conn: TrioConnection,
+    op: str,
+    viewer: Viewer,
+    scope_id: str,
+    generation: int,
+    message_id: str,
+    emoji: str,
+    wake: Collection[str] = (),
+) -> ReactionOutcome:
+    """Add or remove one reaction of ``viewer.member`` in one statement (autocommit).
+
+    ``wake``: the agents whose own message, if it is this one, makes the
+    activity row target them (``reason`` ``author_auto_wake``).
+    """
+    params = react_params(viewer, scope_id, generation, message_id, emoji, wake)
+    with map_errors():
+        cur = await conn.execute(REACT_ADD if op == "add" else REACT_REMOVE, params)
+        row = await cur.fetchone()
+    assert row is not None
+    fenced, found, reason, author_id, seq, created_at, room, changed = row
+    return ReactionOutcome(
+        fenced=bool(fenced),
+        found=bool(found),
+        readable=reason is not None,
+        room=bool(room),
+        changed=bool(changed),
+        author_id=author_id,
+        seq=seq,
+        created_at=created_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReactionSummary:
+    emoji: str
+    count: int
+    member_ids: tuple[str, ...]
+
+    def view(self) -> dict[str, Any]:
+        return {"emoji": self.emoji, "count": self.count, "memberIds": list(self.member_ids)}
+
+
+async def summaries(
+    conn: TrioConnection, message_ids: Sequence[str], viewer: Member
+) -> dict[str, list[ReactionSummary]]:
+    """Message id → its reactions as ``viewer`` may see them, by first reaction."""
+    if not message_ids:
+        return {}
+    params = {
+        "ids": list(message_ids),
+        "shown": SHOWN_MEMBERS,
+        "viewer_id": viewer.id,
+        "viewer_private": viewer.is_private_agent,
+        "owner_id": viewer.owner_member_id if viewer.is_private_agent else None,
+    }
+    with map_errors():
+        cur = await conn.execute(SUMMARIES, params)
+        rows = await cur.fetchall()
+    out: dict[str, list[ReactionSummary]] = {}
+    for message_id, emoji, count, member_ids in rows:
+        out.setdefault(message_id, []).append(ReactionSummary(emoji, count, tuple(member_ids)))
+    return out
+
+
+MESSAGE_HOME = "SELECT scope_id, workspace_id FROM scope_messages WHERE id = %s"
+
+
+async def message_home(conn: TrioConnection, message_id: str) -> tuple[str, str] | None:
+    """(scope, workspace) of a message, or None when there is no such message."""
+    with map_errors():
+        cur = await conn.execute(MESSAGE_HOME, (message_id,))
+        row = await cur.fetchone()
+    return (row[0], row[1]) if row else None
