@@ -177,7 +177,10 @@ ERRORS: dict[str, str] = {
     "target_key_mismatch": "`freshness.targetKey` names another scope than `target`",
     "invalid_frontier": "`freshness.seenUpToSeq` is beyond the scope's latest seq",
     "idempotency_conflict": "a `clientMessageId` reused with a different payload",
-    "moderation_blocked": "reserved",
+    "moderation_blocked": (
+        "a human's send matches the deployment keyword list (`details.matched`); nothing"
+        " was stored ([design.md#moderation](design.md#moderation))"
+    ),
     "payload_too_large": "the frame exceeds the node's size limit",
     "rate_limited": "over a per-session rate limit (`details.retryAfterMs`) or session cap",
     "overloaded": "the node sheds load; retry later",

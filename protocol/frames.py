@@ -67,6 +67,11 @@ class SourceRef(Struct, rename="camel", kw_only=True):
 
 
 class ForwardIn(Struct, rename="camel", kw_only=True):
+    """What a send cites (docs/design.md#sources): `quote` and `single` take one
+    source, `multi` and `explicit_context` one or more; every source must be
+    readable by the sender. `explicit_context` also opens the sources to the
+    private agents named in `recipients`. Readers see them in `MessageView.sources`."""
+
     # ``quote``: a reply citing one message (mentions stay live, as in a plain
     # send); the others forward (docs/design.md#sources).
     mode: Literal["quote", "single", "multi", "explicit_context"]
@@ -258,6 +263,13 @@ class AuthorView(Struct, rename="camel", kw_only=True):
 
 
 class MessageView(Struct, rename="camel", kw_only=True):
+    """A stored message as one viewer may see it. `sources` (what it cites, see
+    `ForwardIn`) is re-checked for the viewer: `{messageId, scopeId, seq, kind}`
+    (`kind`: `quote`, `forward` or `context`) when the viewer may read the cited
+    message, else `{messageId: null, kind, unavailable: true}`; live `message`
+    events carry `{messageId: null, kind, pending: true}` (read the message with
+    `history` to resolve it)."""
+
     id: str
     scope_id: str
     seq: int
