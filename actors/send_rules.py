@@ -1,14 +1,15 @@
 """What a client may set on a ``send``: the checks that need no database. Pure.
 
-The node owns some fields of a message: its type beyond plain text, the chunk
-suffix of a ``clientMessageId`` and, until uploads exist, attachments. A
-client that sets them is refused with ``validation_failed`` and the offending
-path before its send reaches the scope actor. Server paths that own another
+The node owns some fields of a message: its type beyond plain text and the
+chunk suffix of a ``clientMessageId``. A client that sets them, or names an
+attachment id that cannot be an upload, is refused with ``validation_failed``
+and the offending path before its send reaches the scope actor. Server paths that own another
 type (none yet besides the node's own chunk rows) build their commands
 themselves and are not checked here.
 
-Checks that need the database live next to them: recipients and forward
-sources in ``node/ops/messages.py`` (looked up only when the send has them),
+Checks that need the database live next to them: recipients, forward
+sources and attachments (the sender's own unclaimed uploads) in
+``node/ops/messages.py`` (looked up only when the send has them),
 a private agent recipient's authority in the actor (``ScopeState.decide``,
 against the grants it caches).
 """
@@ -43,6 +44,8 @@ _RESERVED_SUFFIX = re.compile(rf"(?:#|{re.escape(CHUNK_SUFFIX)})\d+$")
 
 # The prefix of a message id (``actors.ids.new_id("msg")``).
 MESSAGE_ID_PREFIX = "msg_"
+# The prefix of an upload's id (``actors.ids.new_id("att")``).
+ATTACHMENT_ID_PREFIX = "att_"
 
 
 def _invalid(message: str, path: str) -> OperationError:
@@ -73,11 +76,17 @@ def client_message_id_error(client_message_id: str) -> OperationError | None:
 
 
 def attachment_error(attachment_ids: Sequence[str]) -> OperationError | None:
-    # Uploads do not exist yet, so no id can name one of the sender's own
-    # unclaimed uploads.
-    if not attachment_ids:
-        return None
-    return _invalid("no such upload", "$.attachmentIds[0]")
+    """An id that cannot name an upload, or one named twice (never looked up).
+
+    Whether each id is one of the sender's own unclaimed uploads is checked
+    against the database in ``node/ops/messages.py``.
+    """
+    seen: set[str] = set()
+    for index, attachment_id in enumerate(attachment_ids):
+        if not attachment_id.startswith(ATTACHMENT_ID_PREFIX) or attachment_id in seen:
+            return _invalid("no such upload", f"$.attachmentIds[{index}]")
+        seen.add(attachment_id)
+    return None
 
 
 def source_id_error(index: int, message_id: str) -> OperationError | None:

@@ -13,6 +13,7 @@ import structlog
 import trio
 
 from actors.model import MemberType
+from node.attachments import sweep_forever as sweep_attachments
 from node.config import Settings, load_moderation
 from node.database import autocommit, open_database
 from node.hub import Hub
@@ -112,6 +113,7 @@ async def serve_node(
         services.worker = worker
         nursery.start_soon(worker.run)
         nursery.start_soon(sweep_sessions, services)
+        nursery.start_soon(sweep_attachments, services)
         await nursery.start(watch_revocations, dsn, hub)
         listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
         # Connections live in the node's nursery, so that draining can stop

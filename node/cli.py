@@ -25,7 +25,7 @@ import trio
 
 from actors.model import MemberType
 from node import logs
-from node.config import Settings, load_moderation
+from node.config import MAX_ATTACHMENT_BYTES, Settings, load_moderation
 from node.database import open_database, verify
 from storage import directory, scopes
 from storage.errors import (
@@ -73,6 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="keyword list, one keyword or phrase per line; human sends that match are "
         "refused (moderation_blocked); re-read on SIGHUP",
+    )
+    serve.add_argument(
+        "--attachments-dir",
+        type=Path,
+        default=None,
+        help="where uploaded files are kept (default: DATA_DIR/attachments); "
+        "the nodes of a cluster share one directory",
+    )
+    serve.add_argument(
+        "--max-attachment-bytes",
+        type=_positive_int,
+        default=MAX_ATTACHMENT_BYTES,
+        help="largest upload accepted (default 25 MiB); larger ones are answered 413",
     )
 
     admin = commands.add_parser("admin", help="provision workspaces, members, tokens")
@@ -157,6 +170,16 @@ def _describe(args: argparse.Namespace, exc: Exception) -> str:
     return f"the database refused the command ({code})"
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
 def _serve(args: argparse.Namespace) -> int:
     from node.app import serve_node
 
@@ -174,6 +197,8 @@ def _serve(args: argparse.Namespace) -> int:
         node_id=args.node_id,
         log_level=args.log_level,
         moderation_file=args.moderation_file,
+        attachments_dir=args.attachments_dir,
+        max_attachment_bytes=args.max_attachment_bytes,
     )
     try:
         load_moderation(settings)

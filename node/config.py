@@ -19,6 +19,8 @@ from node.limits import (
 )
 from node.outbox_worker import WorkerSettings
 
+MAX_ATTACHMENT_BYTES = 25 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -58,6 +60,15 @@ class Settings:
     request_rate: float = field(default_factory=lambda: env_float(REQUEST_RATE_ENV, 50.0))
     request_burst: int = field(default_factory=lambda: env_int(REQUEST_BURST_ENV, 500))
     max_sessions_per_member: int = field(default_factory=lambda: env_int(MAX_SESSIONS_ENV, 32))
+    # Attachment bytes (docs/design.md#attachments): content-addressed files
+    # under this directory (None: <data_dir>/attachments; nodes of a cluster
+    # share one), and the largest upload accepted (413 above it).
+    attachments_dir: Path | None = None
+    max_attachment_bytes: int = MAX_ATTACHMENT_BYTES
+
+    @property
+    def attachments_path(self) -> Path:
+        return self.attachments_dir or self.data_dir / "attachments"
 
     @staticmethod
     def database_url_from_env() -> str | None:

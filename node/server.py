@@ -2,8 +2,9 @@
 
 h11 reads the request head; wsproto answers a ``/v1/ws`` upgrade
 (``initiate_upgrade_connection``) and a :class:`Session` takes the stream with
-the bytes read past the head; everything
-else is answered by :mod:`node.http` and closed.
+the bytes read past the head; ``/v1/attachments`` requests stream through
+:mod:`node.attachments`; everything else is answered by :mod:`node.http` and
+closed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, RejectConnection, Request
 
 from actors.ids import new_id
+from node import attachments
+from node.attachments import is_attachment_path
 from node.http import respond
 from node.services import Services
 from node.session import Session
@@ -86,6 +89,10 @@ async def _accept(services: Services, stream: trio.SocketStream) -> Upgrade | No
         return Upgrade(
             bytes(http.trailing_data[0]), parse_qs(target.query).get("workspace", [None])[0]
         )
+    if is_attachment_path(target.path):
+        # Streams its body both ways, so it gets the connection itself.
+        await attachments.handle(services, stream, http, request)
+        return None
     status, content_type, body = await respond(services, request)
     await _plain(stream, status, content_type, body, head_only=request.method == b"HEAD")
     return None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -42,7 +43,7 @@ def sees_recipients(viewer_id: str | None, author_id: str, recipients: Collectio
 
 def stored_message_view(message: StoredMessage, viewer_id: str | None) -> MessageView:
     """The message as ``viewer_id`` may see it (None: a reader with no special standing)."""
-    metadata = {k: v for k, v in message.metadata.items() if k not in ("mentions", "attachmentIds")}
+    metadata = {k: v for k, v in message.metadata.items() if k not in _NOT_METADATA}
     recipients = metadata.get("recipients")
     if recipients is not None and not sees_recipients(viewer_id, message.author.id, recipients):
         del metadata["recipients"]
@@ -56,8 +57,28 @@ def stored_message_view(message: StoredMessage, viewer_id: str | None) -> Messag
         content=message.content,
         created_at=rfc3339(message.created_at),
         metadata=metadata,
+        attachments=attachment_views(message.metadata),
         mentions=list(message.mentions),
     )
+
+
+# Stored with the message but shown as fields of their own (or not at all).
+_NOT_METADATA = frozenset({"mentions", "attachmentIds", "attachments"})
+ATTACHMENT_URL = "/v1/attachments/{}"
+
+
+def attachment_views(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``attachments`` of a message: what the send stored of each upload it
+    claimed (``metadata.attachments``), with its download path. Only the row
+    that carries ``attachmentIds`` shows them (a chunked send's first row)."""
+    ids = metadata.get("attachmentIds")
+    if not ids:
+        return []
+    return [
+        {**found, "url": ATTACHMENT_URL.format(found["id"])}
+        for found in metadata.get("attachments", ())
+        if isinstance(found, dict) and found.get("id") in ids
+    ]
 
 
 def committed_message_view(plan: MessagePlan, commit: CommittedSend) -> MessageView:

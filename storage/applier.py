@@ -90,6 +90,12 @@ WITH existing AS (
     SELECT message.id, %(workspace_id)s, %(scope_id)s, message.seq, %(author_id)s,
         %(content)s, %(created_at)s
     FROM message
+), claim AS (
+    -- The uploads the message names (reserved for this send beforehand,
+    -- storage/attachments.py): only the author's own, only while unclaimed.
+    UPDATE attachments a SET message_id = message.id, scope_id = %(scope_id)s
+    FROM message, jsonb_array_elements_text(%(metadata)s::jsonb -> 'attachmentIds') AS x(id)
+    WHERE a.id = x.id AND a.uploaded_by_member_id = %(author_id)s AND a.message_id IS NULL
 ), memberships AS (
     INSERT INTO scope_memberships
         (scope_id, member_id, visibility, owner_member_id, effective_from_seq, last_read_seq)
@@ -209,6 +215,11 @@ WITH p AS (
     INSERT INTO scope_message_search_docs
         (message_id, workspace_id, scope_id, seq, author_member_id, body, created_at)
     SELECT message_id, workspace_id, scope_id, seq, author_id, content, created_at FROM sent
+), claim AS (
+    -- As in SEND_MESSAGE: the author's own unclaimed uploads the message names.
+    UPDATE attachments a SET message_id = sent.message_id, scope_id = sent.scope_id
+    FROM sent, jsonb_array_elements_text(sent.metadata -> 'attachmentIds') AS x(id)
+    WHERE a.id = x.id AND a.uploaded_by_member_id = sent.author_id AND a.message_id IS NULL
 ), memberships AS (
     INSERT INTO scope_memberships
         (scope_id, member_id, visibility, owner_member_id, effective_from_seq, last_read_seq)

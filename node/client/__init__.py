@@ -10,11 +10,14 @@ Read in this order:
   stale-delivery suppression, acks, fresh sends, and :meth:`DaemonClient.reply`,
   which answers a delivery, handles ``held`` and only then acknowledges.
 * ``chunks.py`` — how a long send is stored as rows, and reading them back.
+* ``attachments.py`` — uploads and downloads over HTTP (``Client.upload``,
+  ``Client.download``), streamed both ways.
 
 ``docs/agents.md`` is the guide for daemon authors, ``docs/protocol.md`` the
 wire reference, and ``examples/echo_agent.py`` a whole agent.
 """
 
+from node.client.attachments import AttachmentError
 from node.client.chunks import (
     CHUNK_SEPARATOR,
     ChunkInfo,
@@ -45,6 +48,7 @@ __all__ = [
     "CHUNK_SEPARATOR",
     "DAEMON_CAPABILITIES",
     "REPLY_ATTEMPTS",
+    "AttachmentError",
     "ChunkInfo",
     "Client",
     "ClientError",

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -44,6 +45,9 @@ from typing import Any, Literal
 import msgspec
 import trio
 import trio_websocket
+
+from node.client import attachments
+from node.client.attachments import http_base
 
 __all__ = [
     "Client",
@@ -131,6 +135,9 @@ class Client:
         self.member_id = ""
         self.close_code = None
         self.close_reason = None
+        # Set by open_client: where and as whom attachments go over HTTP.
+        self.http_url = ""
+        self.token = ""
 
     # --- requests ---------------------------------------------------------
 
@@ -193,6 +200,26 @@ class Client:
         ``emoji`` (one emoji or ``:short_name:``) on a message you can read.
         Returns ``{"changed": bool}``: adding what is already there changes nothing."""
         return await self.request("react", messageId=message_id, emoji=emoji, op=op)
+
+    async def upload(
+        self,
+        source: bytes | str | os.PathLike[str],
+        name: str | None = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        """Upload bytes or a file (streamed) over HTTP with this session's token:
+        ``{"attachmentId", "name", "contentType", "size"}``. Name the id in a
+        send's ``attachmentIds`` to attach it; unclaimed uploads go after a day.
+        Raises :class:`AttachmentError` (``413`` too large, ``401``, …)."""
+        return await attachments.upload(self.http_url, self.token, source, name, content_type)
+
+    async def download(self, attachment_id: str, path: str | os.PathLike[str] | None = None) -> Any:
+        """An attachment's bytes, or with ``path`` written there (streamed) and
+        its size returned. One this member may not read raises
+        :class:`AttachmentError` with status 404, like an unknown id."""
+        if path is None:
+            return await attachments.download(self.http_url, self.token, attachment_id)
+        return await attachments.download_to(self.http_url, self.token, attachment_id, path)
 
     async def remove(self, scope_id: str, member_id: str) -> dict[str, Any]:
         """The ``remove`` op: end ``member_id``'s membership of the channel ``scope_id``
@@ -438,6 +465,8 @@ async def open_client(
             ) as ws,
             _run_client(ws, hello, connect_timeout, max_pending_events, heartbeat) as client,
         ):
+            client.http_url = http_base(url)
+            client.token = token
             yield client
     finally:
         # trio-websocket 0.12 never closes a client's TCP stream when the server

@@ -5,8 +5,8 @@ the order read, and the actor answers through ``reply`` after commit.
 
 Before that, the fields a client may not set freely are checked: the pure
 rules of ``actors/send_rules.py`` first, then (only when the send has them)
-its recipients and forward sources against the database. A plain send, with
-neither, takes no extra round trip.
+its recipients, forward sources and attachments against the database. A
+plain send, with none of them, takes no extra round trip.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from actors.sources import SOURCE_COUNTS
 from node.services import Services
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import CAPABILITY_FRESHNESS, Send, SendResult, SourceRef
+from storage import attachments as storage_attachments
 from storage import directory, messages, moderation, scopes
+from storage.attachments import Attachment
 
 SendReply = Callable[[SendResult | OperationError], None]
 
@@ -32,6 +34,7 @@ def send_command(
     capabilities: frozenset[str],
     reply: SendReply,
     recipient_members: tuple[Member, ...] = (),
+    attachments: Sequence[Attachment] = (),
 ) -> SendCommand:
     return SendCommand(
         author=member,
@@ -47,6 +50,9 @@ def send_command(
         freshness=request.freshness,
         freshness_declared=CAPABILITY_FRESHNESS in capabilities,
         explain=request.explain,
+        # What readers are shown of each upload, stored with the message
+        # (node/views.py): history, resume and live events need no lookup.
+        metadata={"attachments": [a.view() for a in attachments]} if attachments else {},
     )
 
 
@@ -79,9 +85,44 @@ async def submit_send(
     scope_id = services.resolver.cached(member, request.target)
     if scope_id is None:
         scope_id = await services.resolver.resolve(member, request.target)
-    await services.registry.submit(
-        scope_id, send_command(member, request, capabilities, reply, recipients)
+    attachments = (
+        await reserve_attachments(services, member, scope_id, request)
+        if request.attachment_ids
+        else ()
     )
+    await services.registry.submit(
+        scope_id, send_command(member, request, capabilities, reply, recipients, attachments)
+    )
+
+
+async def reserve_attachments(
+    services: Services, member: Member, scope_id: str, request: Send
+) -> tuple[Attachment, ...]:
+    """The sender's own unclaimed uploads the send names, reserved for it
+    (docs/design.md#attachments); any other id is ``validation_failed``.
+
+    Checked last, after everything that could refuse the send here, so a
+    refused send reserves nothing. The send's statement claims them only if
+    they are still the author's and unclaimed, and the reservation keeps
+    every other send off them meanwhile: two sends of one upload cannot both
+    pass, so a message is never stored without an upload it was accepted with.
+    """
+    async with services.pool.connection() as conn:
+        found = await storage_attachments.reserve_for_send(
+            conn,
+            author_id=member.id,
+            scope_id=scope_id,
+            client_message_id=request.client_message_id,
+            attachment_ids=request.attachment_ids,
+        )
+    for index, attachment_id in enumerate(request.attachment_ids):
+        if attachment_id not in found:
+            raise OperationError(
+                ErrorCode.VALIDATION_FAILED,
+                "no such upload of yours, or it is already attached to another message",
+                path=f"$.attachmentIds[{index}]",
+            )
+    return tuple(found[attachment_id] for attachment_id in request.attachment_ids)
 
 
 async def recipient_members(
