@@ -15,6 +15,7 @@ import pytest
 
 from actors.model import MemberType
 from node.client import Client, ClientError
+from node.client.sources import context, forward_of, quote
 from storage.pg import connect
 from tests.nodes import World, make_channel, running_node
 
@@ -189,3 +190,12 @@ async def test_explicit_context_opens_exactly_the_cited_messages(
                 None,
                 bobs["messageId"],
             ]
+
+
+def test_client_helpers_build_the_forward_shapes() -> None:
+    assert quote("msg_a") == {"mode": "quote", "sources": [{"messageId": "msg_a"}]}
+    assert forward_of("msg_a")["mode"] == "single"
+    assert forward_of("msg_a", "msg_b")["mode"] == "multi"
+    assert context("msg_a", "msg_b") == cite("explicit_context", "msg_a", "msg_b")
+    with pytest.raises(ValueError, match="at least one"):
+        forward_of()
