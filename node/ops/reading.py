@@ -69,7 +69,8 @@ async def thread_root(ctx: Context, info: ScopeInfo) -> dict[str, Any] | None:
         cited = await sources.sources_for(conn, [root.message.id], member)
     view = stored_message_view(root.message, member.id)
     view.sources = cited.get(root.message.id, [])
-    return to_builtins(view)
+    shown: dict[str, Any] = to_builtins(view)
+    return shown
 
 
 async def history(ctx: Context, request: History) -> dict[str, Any]:
