@@ -105,7 +105,16 @@ RESULTS: dict[str, str] = {
         "`{lastReadSeq}`; the member's other sessions get a `readState` event. Read"
         " state only moves forward."
     ),
-    "react": "Not built: answers `validation_failed` after checking the message is readable.",
+    "react": (
+        "`{changed}`. Add (or `op: remove`) the caller's reaction on a message it can"
+        " read: one emoji (at most 16 code points, no whitespace or controls) or"
+        " `:short_name:` (at most 32 characters, `[a-z0-9_+-]`); anything else, or a"
+        " 21st distinct emoji on the message, is `validation_failed`. Adding what is"
+        " there, or removing what is not, answers `changed: false` and tells no one."
+        " `forbidden` when the caller cannot read the message, `not_found` for an"
+        " unknown message or one of another workspace. A reaction is not a message:"
+        " no seq, no unread. See [design.md#reactions](design.md#reactions)."
+    ),
     "ack": "`{}`: the `deliver` with this `deliveryId` is done and will not be sent again.",
     "scopes": (
         "`{scopes: [{id, type, slug, name, latestSeq, lastReadSeq, unread,"
@@ -161,7 +170,13 @@ EVENTS: dict[str, str] = {
         " with the root's new `ThreadSummary`, so a client can update the root's"
         ' "N replies" without reading the thread.'
     ),
-    "reaction": "Reserved: reactions are not built yet.",
+    "reaction": (
+        "A reaction was added or removed: to the sessions of the message's current"
+        " readers who are shown the reactor (a private agent's reactions only to it and"
+        " its owner). Direct, not recoverable: a session that misses it reads the"
+        " message's `reactions` in `history` or on resume. An agent's daemon session"
+        " gets it only as a wake: on the agent's own message under `auto-wake`."
+    ),
     "invalidate": "Reserved: drop cached messages of the scope from `fromSeq` on.",
     "pong": "The answer to `ping`.",
     "ping": "The node may ping too; answer with `pong` and the same id.",
@@ -345,6 +360,11 @@ def render() -> str:
     out += [
         "`MessageView.thread` is not a field of the struct: history adds it to a root"
         " that has replies, and a client must treat it as optional.",
+        "",
+        "`MessageView.reactions` is `[{emoji, count, memberIds}]`, one entry per emoji"
+        " ordered by its first reaction; `count` is every reaction the viewer is shown,"
+        " `memberIds` the first 20 of them. `history` and resume fill it; a `message`"
+        " event of a new message carries `[]`, and `reaction` events keep it current.",
         "",
     ]
     out += ["## Error codes", "", "| code | retryable | meaning |", "| --- | --- | --- |"]

@@ -38,7 +38,6 @@ OK = "ok"
 FORBIDDEN = "forbidden"
 NOT_FOUND = "not_found"
 SEARCH_UNAVAILABLE = "search_unavailable"  # search is not built yet: its "allowed" answer
-NOT_ENABLED = "validation_failed"  # react is not built yet: its "allowed" answer
 NA = None  # the combination cannot exist
 # Listings (channels, people, a root's thread summary) answer with a reply
 # either way: the cell is whether the reply names what the row asks about.
@@ -177,7 +176,7 @@ MUTATING = frozenset(
     }
 )
 
-F, NF, SU, NE = FORBIDDEN, NOT_FOUND, SEARCH_UNAVAILABLE, NOT_ENABLED
+F, NF, SU = FORBIDDEN, NOT_FOUND, SEARCH_UNAVAILABLE
 L, U = LISTED, UNLISTED
 # fmt: off
 _CHANNEL_READS: dict[str, tuple[str | None, ...]] = {
@@ -186,7 +185,7 @@ _CHANNEL_READS: dict[str, tuple[str | None, ...]] = {
     "history":         (OK,   OK,   F,     F,       NF,     OK,       F),
     "search":          (SU,   SU,   F,     F,       NF,     SU,       F),
     "markRead":        (OK,   OK,   F,     F,       NF,     OK,       F),
-    "react":           (NE,   NE,   F,     F,       NF,     NE,       F),
+    "react":           (OK,   OK,   F,     F,       NF,     OK,       F),
     "members":         (OK,   OK,   F,     F,       NF,     OK,       F),
 }
 _CHANNEL_REST: dict[str, tuple[str | None, ...]] = {
@@ -226,7 +225,7 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "history":         (OK,   F,    NF,     F),
         "search":          (SU,   F,    NF,     F),
         "markRead":        (OK,   F,    NF,     F),
-        "react":           (NE,   F,    NF,     F),
+        "react":           (OK,   F,    NF,     F),
         "members":         (OK,   F,    NF,     F),
         "join":            (F,    F,    NF,     F),
         "leave":           (F,    F,    NF,     F),
@@ -249,7 +248,7 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "history":         (OK,   F,       NF,     OK,       F,          F),
         "search":          (SU,   F,       NF,     SU,       F,          F),
         "markRead":        (OK,   F,       NF,     OK,       F,          F),
-        "react":           (NE,   F,       NF,     NE,       F,          F),
+        "react":           (OK,   F,       NF,     OK,       F,          F),
         "members":         (OK,   F,       NF,     OK,       F,          F),
         "join":            (F,    F,       NF,     F,        F,          F),
         "leave":           (OK,   OK,      NF,     OK,       OK,         OK),
@@ -329,9 +328,10 @@ The rules in short:
   caller is a current member of. `people` lists humans and public agents to
   everyone, a private agent only to its owner (and to itself). A root carries
   its `thread` summary for readers of the parent, never for private agents.
-- `search` and `react` are not built yet. They still check that the caller
-  may read the scope (or message) first; their "allowed" answer is the typed
-  error `search_unavailable` and `validation_failed` ("not enabled").
+- `react` is allowed to whoever may read the message (a private agent: the
+  messages it may see); a reaction is not a message and changes no seq.
+- `search` is not built yet. It still checks that the caller may read the
+  scope first; its "allowed" answer is the typed error `search_unavailable`.
 """
 
 
@@ -572,7 +572,7 @@ async def answer(cast: Cast, s: Scene, op_key: str, actor: str) -> str:
     elif op_key == "markRead":
         fields = {"scopeId": s.scope_id, "seq": 1}
     elif op_key == "react":
-        fields = {"messageId": s.message_id, "emoji": "+1"}
+        fields = {"messageId": s.message_id, "emoji": ":+1:"}
     elif op_key in ("members", "join", "leave"):
         fields = {"scopeId": s.scope_id}
     elif op_key == "invite":
