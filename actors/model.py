@@ -130,6 +130,10 @@ class StoredMessage:
     digest: bytes | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     mentions: tuple[str, ...] = ()
+    # docs/design.md#edits-and-deletes: 0 until edited; a deleted row is a tombstone.
+    revision: int = 0
+    edited_at: datetime | None = None
+    deleted_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

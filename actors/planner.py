@@ -13,7 +13,14 @@ from datetime import datetime
 from typing import Any
 
 from actors.mentions import MentionMode, live_handles
-from actors.model import DeliveryPolicy, Member, Membership, MemberType, NotificationState
+from actors.model import (
+    DeliveryPolicy,
+    Member,
+    Membership,
+    MemberType,
+    NotificationState,
+    StoredMessage,
+)
 from actors.policy import ThreadFacts, private_authority, thread_admission
 from actors.sources import SourceSpec
 from actors.visibility import VisibilityContext, readable
@@ -418,3 +425,149 @@ def _wake_reason(
     if state in _NEVER_WAKE:
         return "muted" if state is not NotificationState.NO_WAKE else "no_wake"
     return f"wake:{addressed}"
+
+
+# ---------------------------------------------------------------- edits and deletes
+
+
+@dataclass(frozen=True, slots=True)
+class MutationPlan:
+    """An edit or a delete of one stored message (docs/design.md#edits-and-deletes).
+
+    ``message`` is the message as it will be once the mutation commits (for a
+    delete: the tombstone); ``expected_revision`` is the stored revision the plan
+    was built on, and the write is conditional on it. Seqs never move.
+    """
+
+    kind: str  # "edit" | "delete"
+    actor: Member
+    message: StoredMessage
+    expected_revision: int
+    readers: frozenset[str]
+    wakes: tuple[tuple[str, str], ...]
+    outbox: tuple[OutboxEvent, ...]
+    expected_generation: int = 0
+    parent_fence: tuple[str, int] | None = None
+
+    @property
+    def projection_key(self) -> str:
+        """The dedupe key of the mutation's outbox row (one per revision, one per delete)."""
+        return self.outbox[0].dedupe_key
+
+
+def mutation_readers(message: StoredMessage, scope: ScopeContext) -> frozenset[str]:
+    """Who reads ``message`` now: the twin's answer over the current roster."""
+    vis = scope.visibility
+    readers = {message.author.id}
+    for member_id in scope.roster():
+        member = vis.members.get(member_id)
+        if member is None or member_id == message.author.id:
+            continue
+        if readable(vis, member, message.author.id, message.seq, message.created_at) is not None:
+            readers.add(member_id)
+    return frozenset(readers)
+
+
+def _fences(scope: ScopeContext) -> dict[str, Any]:
+    return {
+        "expected_generation": scope.roster_generation,
+        "parent_fence": (
+            (scope.thread.parent_scope_id, scope.thread.parent_generation)
+            if scope.thread is not None
+            else None
+        ),
+    }
+
+
+def plan_edit(
+    stored: StoredMessage, editor: Member, content: str, scope: ScopeContext, at: datetime
+) -> MutationPlan:
+    """Replace the content of ``stored`` (one revision up) and wake only agents the
+    new text mentions live for the first time; earlier wakes stand."""
+    mentioned = live_handles(content)
+    newly = mentioned - frozenset(stored.mentions)
+    metadata = dict(stored.metadata)
+    metadata.pop("mentions", None)
+    if mentioned:
+        metadata["mentions"] = sorted(mentioned)
+    message = replace(
+        stored,
+        content=content,
+        metadata=metadata,
+        mentions=tuple(sorted(mentioned)),
+        revision=stored.revision + 1,
+        edited_at=at,
+    )
+    readers = mutation_readers(message, scope)
+    wakes: list[tuple[str, str]] = []
+    if newly:
+        # Recipients and auto-wake woke at send time; only a new mention is new.
+        intent = MessageIntent(
+            scope_id=stored.scope_id,
+            workspace_id=stored.author.workspace_id,
+            message_id=stored.id,
+            content=content,
+            message_type=stored.message_type,
+            client_message_id="",
+            digest=b"",
+            created_at=stored.created_at,
+            live_mentions=newly,
+        )
+        vis = scope.visibility
+        for member_id in sorted(readers):
+            member = vis.members.get(member_id)
+            if member is None or member_id == stored.author.id or member.handle not in newly:
+                continue
+            reason = _wake_reason(intent, stored.author, member, scope, newly)
+            if reason.startswith("wake:"):
+                wakes.append((member_id, reason.removeprefix("wake:")))
+    outbox = [
+        OutboxEvent(
+            "mutation",
+            f"edit:{stored.id}:{message.revision}",
+            DeliveryPolicy.WORKER_FIRST_MUTATION,
+            reason="edit",
+        )
+    ]
+    outbox += [
+        OutboxEvent(
+            "agent_wake",
+            f"wake:{stored.id}:{member_id}",
+            DeliveryPolicy.INLINE_ORDINARY,
+            member_id,
+            reason,
+        )
+        for member_id, reason in wakes
+    ]
+    return MutationPlan(
+        "edit",
+        editor,
+        message,
+        stored.revision,
+        readers,
+        tuple(wakes),
+        tuple(outbox),
+        **_fences(scope),
+    )
+
+
+def plan_delete(
+    stored: StoredMessage, actor: Member, scope: ScopeContext, at: datetime
+) -> MutationPlan:
+    """Turn ``stored`` into a tombstone; its readers are told, nobody is woken."""
+    message = replace(stored, content="", metadata={}, mentions=(), deleted_at=at)
+    outbox = (
+        OutboxEvent(
+            "mutation", f"delete:{stored.id}", DeliveryPolicy.WORKER_FIRST_MUTATION, reason="delete"
+        ),
+    )
+    return MutationPlan(
+        "delete",
+        actor,
+        message,
+        stored.revision,
+        mutation_readers(stored, scope),
+        (),
+        outbox,
+        **_fences(scope),
+    )

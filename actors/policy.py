@@ -278,6 +278,42 @@ def thread_admission(
     return Decision(True, addressed, authority.grant_id)
 
 
+# ---------------------------------------------------------------- edits and deletes
+#
+# docs/design.md#edits-and-deletes. A message belongs to its author: only the
+# author rewrites it. Recalling it is the author's too, and the channel owner's
+# (who answers for the channel, its threads included). Either needs the right
+# to write in the scope now: a member who left recalls nothing.
+
+
+def can_edit(ctx: VisibilityContext, editor: Member, author_id: str, message_type: str) -> Decision:
+    """``edit``: the author, of a ``text`` message, while it may still post here."""
+    if editor.id != author_id:
+        return Decision(False, "not_author")
+    if message_type != "text":
+        return Decision(False, "not_text_message")
+    posting = can_post(ctx, editor)
+    if not posting:
+        return Decision(False, posting.reason)
+    return Decision(True, "author")
+
+
+def can_delete(
+    ctx: VisibilityContext, actor: Member, author_id: str, channel_owner_id: str | None
+) -> Decision:
+    """``delete``: the author, or the channel's owner (of the channel or, for a
+    thread, of its parent) while it is a current public reader of the scope."""
+    posting = can_post(ctx, actor)
+    if actor.id == author_id:
+        return Decision(True, "author") if posting else Decision(False, posting.reason)
+    if channel_owner_id is None or actor.id != channel_owner_id or actor.is_private_agent:
+        return Decision(False, "not_author")
+    current = _current(ctx, actor.id)
+    if not posting or (current is not None and current.is_private):
+        return Decision(False, "owner_not_member")
+    return Decision(True, "channel_owner")
+
+
 # ---------------------------------------------------------------- reactions
 #
 # docs/design.md#reactions. A reaction is activity on a message, not a

@@ -12,8 +12,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from actors.model import IdempotencyRecord, Member, Membership, NotificationState, ScopeSnapshot
-from actors.planner import MessagePlan
+from actors.model import (
+    IdempotencyRecord,
+    Member,
+    Membership,
+    NotificationState,
+    ScopeSnapshot,
+    StoredMessage,
+)
+from actors.planner import MessagePlan, MutationPlan
 
 
 class FenceLost(Exception):
@@ -101,6 +108,32 @@ class RosterChange:
     generation: int
 
 
+@dataclass(frozen=True, slots=True)
+class MutationTarget:
+    """A stored message about to be edited or deleted, and who owns its channel
+    (for a thread: the parent channel's owner; None in a DM)."""
+
+    message: StoredMessage
+    channel_owner_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedMutation:
+    """An edit or delete that committed: its database time and the wakes it wrote
+    (an agent already woken for the message gets no second row)."""
+
+    at: datetime
+    woken: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MutationConflict:
+    """The conditional write matched nothing: the message moved on (or is gone)."""
+
+    revision: int
+    deleted: bool
+
+
 class ScopeStore(Protocol):
     async def load_scope(self, scope_id: str) -> ScopeSnapshot: ...
 
@@ -128,6 +161,12 @@ class ScopeStore(Protocol):
         self, scope_id: str, member_id: str, state: NotificationState
     ) -> int:
         """Store the setting; returns the scope's new roster generation."""
+
+    async def mutation_target(self, scope_id: str, message_id: str) -> MutationTarget | None:
+        """The message of this scope as stored now, or None."""
+
+    async def apply_mutation(self, plan: MutationPlan) -> CommittedMutation | MutationConflict:
+        """Write an edit or delete; raises FenceLost when the roster moved."""
 
     async def react(
         self,
@@ -163,6 +202,9 @@ class Publisher(Protocol):
 
     def publish_thread(self, activity: ThreadActivity) -> None:
         """Tell the parent's readers a thread grew. Must not block or raise."""
+
+    def publish_mutation(self, plan: MutationPlan, commit: CommittedMutation) -> None:
+        """Push ``messageUpdated``/``messageDeleted`` (and new wakes). Must not block or raise."""
 
     def publish_reaction(self, activity: ReactionActivity) -> None:
         """Push ``reaction`` to the readers shown it (no outbox). Must not block or raise."""

@@ -22,6 +22,7 @@ cross-node notifications, which call the same methods):
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -29,17 +30,24 @@ from typing import Protocol
 
 import structlog
 
-from actors.planner import MessagePlan
-from actors.ports import CommittedSend, ReactionActivity, ThreadActivity
+from actors.planner import MessagePlan, MutationPlan
+from actors.ports import CommittedMutation, CommittedSend, ReactionActivity, ThreadActivity
 from node.outbound import coalesced_writes
-from node.views import committed_message_view, rfc3339, without_recipients
+from node.views import (
+    committed_message_view,
+    rfc3339,
+    stored_message_view,
+    without_recipients,
+)
 from node.wsframe import frame
 from protocol.codec import encode
 from protocol.errors import CloseCode
 from protocol.frames import (
     Deliver,
     MembershipEvent,
+    MessageDeletedEvent,
     MessageEvent,
+    MessageUpdatedEvent,
     ReactionEvent,
     ThreadSummary,
     ThreadUpdatedEvent,
@@ -47,6 +55,9 @@ from protocol.frames import (
 
 log = structlog.get_logger(__name__)
 REVOKED_REMEMBERED = 10_000
+# Test seam for crash tests: commit edits and deletes but push nothing, as if
+# the node died between commit and projection (only the outbox row remains).
+SKIP_MUTATION_PUSH_ENV = "SCOPENODE_TEST_SKIP_MUTATION_PUSH"
 
 
 class LiveSession(Protocol):
@@ -85,6 +96,7 @@ class Hub:
         # just before the revocation committed is refused when it registers.
         # Bounded: only revocations of the last while matter for that race.
         self._revoked: dict[int, None] = {}
+        self.skip_mutation_push = os.environ.get(SKIP_MUTATION_PUSH_ENV) == "1"
 
     def add(self, session: LiveSession, credential_id: int | None = None) -> bool:
         """Register an authenticated session; False (not added) if its credential was revoked."""
@@ -250,6 +262,62 @@ class Hub:
                 if (woken or not session.is_daemon) and not session.is_muted(scope_id):
                     session.push(payload)
         self.events_published += 1
+
+    def publish_mutation(self, plan: MutationPlan, commit: CommittedMutation) -> None:
+        """``messageUpdated``/``messageDeleted`` to the message's current readers, and
+        a ``deliver`` to each agent the edit woke; then the projection's outbox row
+        is marked delivered (docs/design.md#edits-and-deletes).
+
+        A session muted for the scope gets nothing. Wakes go to daemon sessions,
+        as for sends; a wake row stays pending until the daemon acknowledges it.
+        """
+        if self.skip_mutation_push:
+            return
+        message = plan.message
+        scope_id = message.scope_id
+        if plan.kind == "delete":
+            payload = encode(
+                MessageDeletedEvent(scope_id=scope_id, message_id=message.id, seq=message.seq)
+            )
+            payloads = dict.fromkeys(plan.readers, payload)
+        else:
+            # ``metadata.recipients`` is for the author and the recipients only.
+            recipients = message.metadata.get("recipients") or ()
+            privileged = {message.author.id, *recipients}
+            views = {
+                True: stored_message_view(message, message.author.id),
+                False: stored_message_view(message, None),
+            }
+            encoded = {
+                key: encode(MessageUpdatedEvent(scope_id=scope_id, message=view))
+                for key, view in views.items()
+            }
+            payloads = {reader: encoded[reader in privileged] for reader in plan.readers}
+        for reader, payload in payloads.items():
+            for session in self._sessions.get(reader, ()):
+                if not session.is_muted(scope_id):
+                    session.push(payload)
+                    self.events_published += 1
+        for agent_id, reason in plan.wakes:
+            if agent_id not in commit.woken:
+                continue  # woken for this message before: one wake per message
+            view = stored_message_view(message, agent_id)
+            wake = frame(
+                encode(
+                    Deliver(
+                        delivery_id=delivery_id(message.id, agent_id),
+                        agent_id=agent_id,
+                        target_key=scope_id,
+                        target_seq=message.seq,
+                        reason=reason,
+                        message=view,
+                    )
+                )
+            )
+            for session in self._sessions.get(agent_id, ()):
+                if session.is_daemon and not session.is_muted(scope_id):
+                    session.push_frame(wake)
+        self._on_delivered([plan.projection_key])
 
     def publish_membership(
         self, scope_id: str, member_id: str, op: str, visibility: str, audience: frozenset[str]

@@ -20,7 +20,7 @@ from node.hub import Hub, delivery_id
 from node.views import stored_message_view
 from node.wsframe import frame
 from protocol.codec import encode
-from protocol.frames import Deliver, MessageEvent
+from protocol.frames import Deliver, MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
 from storage import messages, outbox, scopes
 from storage.outbox import LeasedRow
 from storage.pg import Pool, TrioConnection
@@ -96,6 +96,8 @@ class OutboxWorker:
             await self._wake(conn, row)
         elif row.fanout_type == "realtime":
             await self._replay(conn, row)
+        elif row.fanout_type == "mutation":
+            await self._project(conn, row)
         else:
             await outbox.finish(conn, row, self._owner, "failed", "unknown fanout type")
 
@@ -178,4 +180,45 @@ class OutboxWorker:
                     for session in sessions:
                         session.deliver_events(row.scope_id, [(message.seq, frame(payload))])
                         self.pushed += 1
+        await outbox.finish(conn, row, self._owner, "delivered")
+
+    async def _project(self, conn: TrioConnection, row: LeasedRow) -> None:
+        """An edit or delete whose projection was never marked delivered (the node
+        died between commit and push): send the message as it is now to its
+        connected readers, once. A projection is idempotent, so a replay after a
+        push that was made but not recorded is harmless; unread and wakes are
+        not touched (docs/design.md#edits-and-deletes)."""
+        assert row.message_id is not None
+        message = await messages.get_message(conn, row.message_id)
+        info = await scopes.get_scope(conn, row.scope_id) if message is not None else None
+        if message is None or info is None:
+            await outbox.finish(conn, row, self._owner, "suppressed", "message_gone")
+            return
+        deleted = message.deleted_at is not None
+        if row.reason != "delete" and deleted:
+            # The delete's own row tells readers; this edit is moot.
+            await outbox.finish(conn, row, self._owner, "suppressed", "message_deleted")
+            return
+        for listing in await scopes.current_members(conn, row.scope_id):
+            sessions = self._hub.sessions_of(listing.member.id)
+            if not sessions:
+                continue
+            viewer = await scopes.viewer_for(conn, info, listing.member)
+            if viewer is None:
+                continue
+            if await messages.readable_message(conn, row.scope_id, message.id, viewer) is None:
+                continue
+            if deleted:
+                payload = encode(
+                    MessageDeletedEvent(
+                        scope_id=row.scope_id, message_id=message.id, seq=message.seq
+                    )
+                )
+            else:
+                view = stored_message_view(message, listing.member.id)
+                payload = encode(MessageUpdatedEvent(scope_id=row.scope_id, message=view))
+            for session in sessions:
+                if not session.is_muted(row.scope_id):
+                    session.push(payload)
+                    self.pushed += 1
         await outbox.finish(conn, row, self._owner, "delivered")

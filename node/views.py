@@ -59,6 +59,9 @@ def stored_message_view(message: StoredMessage, viewer_id: str | None) -> Messag
         metadata=metadata,
         attachments=attachment_views(message.metadata),
         mentions=list(message.mentions),
+        revision=message.revision,
+        edited_at=rfc3339(message.edited_at) if message.edited_at is not None else None,
+        deleted=message.deleted_at is not None,
     )
 
 

@@ -105,15 +105,22 @@ RESULTS: dict[str, str] = {
         "`{lastReadSeq}`; the member's other sessions get a `readState` event. Read"
         " state only moves forward."
     ),
-    "react": (
-        "`{changed}`. Add (or `op: remove`) the caller's reaction on a message it can"
-        " read: one emoji (at most 16 code points, no whitespace or controls) or"
-        " `:short_name:` (at most 32 characters, `[a-z0-9_+-]`); anything else, or a"
-        " 21st distinct emoji on the message, is `validation_failed`. Adding what is"
-        " there, or removing what is not, answers `changed: false` and tells no one."
-        " `forbidden` when the caller cannot read the message, `not_found` for an"
-        " unknown message or one of another workspace. A reaction is not a message:"
-        " no seq, no unread. See [design.md#reactions](design.md#reactions)."
+    "react": "Not built: answers `validation_failed` after checking the message is readable.",
+    "edit": (
+        "`{messageId, revision, editedAt}`. Only the author edits, and only `text`"
+        " messages (`forbidden` otherwise); the id and seq stay, `revision` goes up by"
+        " one and live mentions are parsed again: an agent mentioned for the first time"
+        " gets one `deliver`, earlier wakes stand. A `revision` older than the stored one"
+        " answers `conflict` (`details.revision`, the current one), as does editing a"
+        " deleted message; the same content as stored answers the current state and"
+        " writes nothing. Readers get `messageUpdated`; unread counts do not change."
+        " See [design.md#edits-and-deletes](design.md#edits-and-deletes)."
+    ),
+    "delete": (
+        "`{}` (idempotent). The author, or the channel's owner for any message of the"
+        " channel and its threads; anyone else `forbidden`. The message stays as a"
+        " tombstone (`deleted: true`, empty content) with its seq; its reactions are"
+        " removed and its pending wakes withdrawn. Readers get `messageDeleted`."
     ),
     "ack": "`{}`: the `deliver` with this `deliveryId` is done and will not be sent again.",
     "scopes": (
@@ -170,12 +177,15 @@ EVENTS: dict[str, str] = {
         " with the root's new `ThreadSummary`, so a client can update the root's"
         ' "N replies" without reading the thread.'
     ),
-    "reaction": (
-        "A reaction was added or removed: to the sessions of the message's current"
-        " readers who are shown the reactor (a private agent's reactions only to it and"
-        " its owner). Direct, not recoverable: a session that misses it reads the"
-        " message's `reactions` in `history` or on resume. An agent's daemon session"
-        " gets it only as a wake: on the agent's own message under `auto-wake`."
+    "reaction": "Reserved: reactions are not built yet.",
+    "messageUpdated": (
+        "A message was edited: the whole current message (`revision`, `editedAt`), to"
+        " the message's current readers. A projection: applying it twice is harmless,"
+        " and it may arrive again after a node restart."
+    ),
+    "messageDeleted": (
+        "A message was deleted: show its tombstone. To the message's current readers;"
+        " the seq stays taken and `latestSeq` does not move."
     ),
     "invalidate": "Reserved: drop cached messages of the scope from `fromSeq` on.",
     "pong": "The answer to `ping`.",
@@ -192,6 +202,10 @@ ERRORS: dict[str, str] = {
     "target_key_mismatch": "`freshness.targetKey` names another scope than `target`",
     "invalid_frontier": "`freshness.seenUpToSeq` is beyond the scope's latest seq",
     "idempotency_conflict": "a `clientMessageId` reused with a different payload",
+    "conflict": (
+        "the message changed since the client read it (a newer `revision`, or deleted);"
+        " read it again"
+    ),
     "moderation_blocked": (
         "a human's send matches the deployment keyword list (`details.matched`); nothing"
         " was stored ([design.md#moderation](design.md#moderation))"
@@ -328,6 +342,8 @@ def render() -> str:
         frames.ReadStateEvent,
         frames.MembershipEvent,
         frames.ThreadUpdatedEvent,
+        frames.MessageUpdatedEvent,
+        frames.MessageDeletedEvent,
         frames.ReactionEvent,
         frames.InvalidateEvent,
     ]
@@ -360,11 +376,6 @@ def render() -> str:
     out += [
         "`MessageView.thread` is not a field of the struct: history adds it to a root"
         " that has replies, and a client must treat it as optional.",
-        "",
-        "`MessageView.reactions` is `[{emoji, count, memberIds}]`, one entry per emoji"
-        " ordered by its first reaction; `count` is every reaction the viewer is shown,"
-        " `memberIds` the first 20 of them. `history` and resume fill it; a `message`"
-        " event of a new message carries `[]`, and `reaction` events keep it current.",
         "",
     ]
     out += ["## Error codes", "", "| code | retryable | meaning |", "| --- | --- | --- |"]

@@ -21,6 +21,7 @@ class ErrorCode(enum.StrEnum):
     TARGET_KEY_MISMATCH = "target_key_mismatch"
     INVALID_FRONTIER = "invalid_frontier"
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    CONFLICT = "conflict"
     MODERATION_BLOCKED = "moderation_blocked"
     PAYLOAD_TOO_LARGE = "payload_too_large"
     RATE_LIMITED = "rate_limited"

@@ -120,6 +120,23 @@ class React(_Frame, tag="react"):
     op: Literal["add", "remove"] = "add"
 
 
+class Edit(_Frame, tag="edit"):
+    """Replace the content of one's own text message (docs/design.md#edits-and-deletes)."""
+
+    id: RequestId
+    message_id: Identifier
+    content: str
+    # The revision the client edited: a newer stored one answers ``conflict``.
+    revision: NonNegative | None = None
+
+
+class Delete(_Frame, tag="delete"):
+    """Recall a message: its author, or the channel's owner (docs/design.md#edits-and-deletes)."""
+
+    id: RequestId
+    message_id: Identifier
+
+
 class Ack(_Frame, tag="ack"):
     id: RequestId
     delivery_id: Identifier
@@ -206,6 +223,8 @@ ClientFrame = (
     | Search
     | MarkRead
     | React
+    | Edit
+    | Delete
     | Ack
     | Scopes
     | Members
@@ -226,6 +245,8 @@ Request = (
     | Search
     | MarkRead
     | React
+    | Edit
+    | Delete
     | Ack
     | Scopes
     | Members
@@ -282,6 +303,11 @@ class MessageView(Struct, rename="camel", kw_only=True):
     sources: list[dict[str, Any]] = []
     attachments: list[dict[str, Any]] = []
     mentions: list[str] = []
+    # Edits and deletes (additive): 0 until edited; a deleted message is a
+    # tombstone with empty content, attachments and sources.
+    revision: int = 0
+    edited_at: str | None = None
+    deleted: bool = False
     # docs/design.md#reactions: [{emoji, count, memberIds}] by first reaction,
     # at most 20 memberIds each; filled by history and resume, empty on a new message.
     reactions: list[dict[str, Any]] = []
@@ -399,6 +425,21 @@ class ThreadUpdatedEvent(_Frame, tag="threadUpdated"):
     scope_id: str
     root_message_id: str
     thread: ThreadSummary
+
+
+class MessageUpdatedEvent(_Frame, tag="messageUpdated"):
+    """A message was edited: the whole current message, to its current readers."""
+
+    scope_id: str
+    message: MessageView
+
+
+class MessageDeletedEvent(_Frame, tag="messageDeleted"):
+    """A message was deleted; its seq stays taken by the tombstone."""
+
+    scope_id: str
+    message_id: str
+    seq: int
 
 
 class InvalidateEvent(_Frame, tag="invalidate"):

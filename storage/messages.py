@@ -20,7 +20,8 @@ CANDIDATE_BUDGET = 1000
 MESSAGE_COLUMNS = """
 m.id, m.scope_id, m.seq, m.workspace_global_seq, m.message_type, m.content, m.created_at,
 m.metadata, mem.id, mem.workspace_id, mem.type, mem.handle, mem.display_name,
-mem.owner_member_id, mem.is_private, v.reason, v.grant_id
+mem.owner_member_id, mem.is_private, v.reason, v.grant_id,
+m.revision, m.edited_at, m.deleted_at
 """
 
 # Candidates are bounded first (newest-first below a seq, or oldest-first above
@@ -100,6 +101,9 @@ def message_from_row(row: tuple[Any, ...]) -> StoredMessage:
         created_at=row[6],
         metadata=metadata,
         mentions=tuple(metadata.get("mentions", ())),
+        revision=row[17],
+        edited_at=row[18],
+        deleted_at=row[19],
     )
 
 

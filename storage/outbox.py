@@ -48,6 +48,7 @@ FROM scope_fanout_outbox o
 JOIN scope_messages m ON m.id = o.message_id
 JOIN members mem ON mem.id = m.author_member_id
 WHERE o.fanout_type = 'agent_wake' AND o.target_member_id = %s
+  AND m.deleted_at IS NULL
   AND (o.status IN ('pending', 'leased')
        OR (o.status = 'failed' AND o.last_error = %s))
 ORDER BY o.id
@@ -119,7 +120,8 @@ SELECT
               AND g.grantee_member_id = m.author_member_id
               AND g.created_at <= m.created_at
               AND g.revoked_at IS NULL
-              AND (g.expires_at IS NULL OR m.created_at < g.expires_at)) AS granted
+              AND (g.expires_at IS NULL OR m.created_at < g.expires_at)) AS granted,
+    m.deleted_at IS NOT NULL AS deleted
 FROM scope_messages m
 JOIN members agent ON agent.id = %(agent)s
 JOIN members author ON author.id = m.author_member_id
@@ -236,7 +238,9 @@ async def wake_suppression(conn: TrioConnection, message_id: str, agent_id: str)
         row = await cur.fetchone()
     if row is None:
         return "message_gone"
-    member, private, by_owner, same_owner, granted = row
+    member, private, by_owner, same_owner, granted, deleted = row
+    if deleted:
+        return "message_deleted"
     if not member:
         return "not_member"
     if private and not (by_owner or same_owner or granted):

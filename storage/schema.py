@@ -23,7 +23,10 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "initial", "schema_v1.sql"),
     (2, "default_channels", "schema_v2_default_channels.sql"),
     (3, "reactions", "schema_v3_reactions.sql"),
+    (4, "edits", "schema_v4_edits.sql"),
+    (5, "attachments", "schema_v5_attachments.sql"),
     (6, "sources", "schema_v6_sources.sql"),
+    (7, "search", "schema_v7_search.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators
 _BOOKKEEPING = "schema_migrations"

@@ -5,10 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from actors.model import IdempotencyRecord, Member, NotificationState, ScopeSnapshot
-from actors.planner import MessagePlan
-from actors.ports import CommittedSend, ReactionOutcome, RosterChange
+from actors.planner import MessagePlan, MutationPlan
+from actors.ports import (
+    CommittedMutation,
+    CommittedSend,
+    MutationConflict,
+    MutationTarget,
+    ReactionOutcome,
+    RosterChange,
+)
 from actors.scope_state import RECENT_TAIL
-from storage import applier, messages, reactions, scopes
+from storage import applier, messages, mutations, reactions, scopes
 from storage.group_commit import GroupCommitter
 from storage.pg import Pool
 from storage.visibility import Viewer
@@ -87,3 +94,11 @@ class PgScopeStore:
             return await reactions.react(
                 conn, op, viewer, scope_id, generation, message_id, emoji, wake
             )
+
+    async def mutation_target(self, scope_id: str, message_id: str) -> MutationTarget | None:
+        async with self._pool.connection() as conn:
+            return await mutations.target(conn, scope_id, message_id)
+
+    async def apply_mutation(self, plan: MutationPlan) -> CommittedMutation | MutationConflict:
+        async with self._pool.connection() as conn:
+            return await mutations.apply(conn, plan)

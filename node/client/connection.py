@@ -226,6 +226,25 @@ class Client:
         (allowed to the channel's owner, and to the owner of a private agent)."""
         return await self.request("remove", scopeId=scope_id, memberId=member_id)
 
+    async def edit(
+        self, message_id: str, content: str, revision: int | None = None
+    ) -> dict[str, Any]:
+        """The ``edit`` op: replace the content of one's own text message.
+
+        Returns ``{messageId, revision, editedAt}``. With ``revision`` (the one
+        the caller edited) a newer stored revision raises :class:`ClientError`
+        ``conflict``, whose ``details["revision"]`` is the current one.
+        """
+        fields: dict[str, Any] = {"messageId": message_id, "content": content}
+        if revision is not None:
+            fields["revision"] = revision
+        return await self.request("edit", **fields)
+
+    async def delete(self, message_id: str) -> dict[str, Any]:
+        """The ``delete`` op: leave a tombstone in the message's place (its author,
+        or the channel's owner). Idempotent."""
+        return await self.request("delete", messageId=message_id)
+
     async def send_raw(self, text: str | bytes) -> None:
         """Write one raw WebSocket message: ``str`` as text, ``bytes`` as binary."""
         self._raise_if_closed()

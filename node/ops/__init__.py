@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.ops import delivery, grants, membership, reactions, reading
+from node.ops import delivery, grants, membership, messages, reactions, reading
 from node.ops.context import Context
 from node.ops.delivery import redeliver
 from node.ops.reading import resume
@@ -20,6 +20,8 @@ from protocol.frames import (
     Ack,
     Channels,
     CreateChannel,
+    Delete,
+    Edit,
     Grant,
     History,
     Invite,
@@ -78,6 +80,10 @@ async def handle(ctx: Context, request: Any) -> Any:
             raise OperationError(
                 ErrorCode.SEARCH_UNAVAILABLE, "search is not ready on this deployment"
             )
+        case Edit():
+            return await messages.edit(ctx, request)
+        case Delete():
+            return await messages.delete(ctx, request)
         case React():
             return await reactions.react(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")

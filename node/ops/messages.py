@@ -13,14 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import trio
+
 from actors.mentions import mode_for_forward
 from actors.model import Member, MemberType
+from actors.scope_actor import DeleteCommand, EditCommand
 from actors.scope_state import SendCommand
 from actors.send_rules import check_send_fields, recipient_errors
 from actors.sources import SOURCE_COUNTS
+from node.ops.context import Context, member_of
 from node.services import Services
 from protocol.errors import ErrorCode, OperationError
-from protocol.frames import CAPABILITY_FRESHNESS, Send, SendResult, SourceRef
+from protocol.frames import CAPABILITY_FRESHNESS, Delete, Edit, Send, SendResult, SourceRef
 from storage import attachments as storage_attachments
 from storage import directory, messages, moderation, scopes
 from storage.attachments import Attachment
@@ -209,3 +213,81 @@ async def check_moderation(services: Services, member: Member, target: str, cont
         "the message matches the deployment's keyword list",
         details={"matched": list(matched)},
     )
+
+
+# ---------------------------------------------------------------- edits and deletes
+
+
+async def edit(ctx: Context, request: Edit) -> dict[str, object]:
+    """``edit``: checked here for form and readability, decided by the scope's actor
+    (docs/design.md#edits-and-deletes)."""
+    member = member_of(ctx)
+    if not request.content.strip():
+        raise OperationError(
+            ErrorCode.VALIDATION_FAILED,
+            "an edit needs content; delete the message instead",
+            path="$.content",
+        )
+    if len(request.content) > ctx.settings.row_limit:
+        # A stored row never grows past the row limit: an edit is not chunked.
+        raise OperationError(
+            ErrorCode.VALIDATION_FAILED,
+            f"an edit has at most {ctx.settings.row_limit} characters",
+            path="$.content",
+        )
+    scope_id = await readable_message_scope(ctx.services, member, request.message_id)
+    cmd = EditCommand(member, request.message_id, request.content, _unset, request.revision)
+    return await submit_mutation(ctx.services, scope_id, cmd)
+
+
+async def delete(ctx: Context, request: Delete) -> dict[str, object]:
+    """``delete``: the author's or the channel owner's, decided by the scope's actor."""
+    member = member_of(ctx)
+    scope_id = await readable_message_scope(ctx.services, member, request.message_id)
+    return await submit_mutation(
+        ctx.services, scope_id, DeleteCommand(member, request.message_id, _unset)
+    )
+
+
+async def readable_message_scope(services: Services, member: Member, message_id: str) -> str:
+    """The scope of a message the member may read.
+
+    ``not_found`` when there is no such message in the member's workspace,
+    ``forbidden`` when it exists but the member may not read it (the SQL
+    predicate): the same answers as reading it, so a mutation is no oracle.
+    """
+    async with services.pool.connection() as conn:
+        message = await messages.get_message(conn, message_id)
+        info = await scopes.get_scope(conn, message.scope_id) if message is not None else None
+        if message is None or info is None or info.workspace_id != member.workspace_id:
+            raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
+        viewer = await scopes.viewer_for(conn, info, member)
+        if (
+            viewer is None
+            or await messages.readable_message(conn, info.id, message_id, viewer) is None
+        ):
+            raise OperationError(ErrorCode.FORBIDDEN, "the message is not readable")
+    return info.id
+
+
+async def submit_mutation(
+    services: Services, scope_id: str, cmd: EditCommand | DeleteCommand
+) -> dict[str, object]:
+    """Queue the command on the scope's actor and wait for its answer."""
+    done = trio.Event()
+    outcome: list[dict[str, object] | OperationError] = []
+
+    def reply(result: dict[str, object] | OperationError) -> None:
+        outcome.append(result)
+        done.set()
+
+    cmd.reply = reply
+    await services.registry.submit(scope_id, cmd)
+    await done.wait()
+    if isinstance(outcome[0], OperationError):
+        raise outcome[0]
+    return outcome[0]
+
+
+def _unset(_: dict[str, object] | OperationError) -> None:
+    """Placeholder until :func:`submit_mutation` sets the reply."""
