@@ -105,22 +105,15 @@ RESULTS: dict[str, str] = {
         "`{lastReadSeq}`; the member's other sessions get a `readState` event. Read"
         " state only moves forward."
     ),
-    "react": "Not built: answers `validation_failed` after checking the message is readable.",
-    "edit": (
-        "`{messageId, revision, editedAt}`. Only the author edits, and only `text`"
-        " messages (`forbidden` otherwise); the id and seq stay, `revision` goes up by"
-        " one and live mentions are parsed again: an agent mentioned for the first time"
-        " gets one `deliver`, earlier wakes stand. A `revision` older than the stored one"
-        " answers `conflict` (`details.revision`, the current one), as does editing a"
-        " deleted message; the same content as stored answers the current state and"
-        " writes nothing. Readers get `messageUpdated`; unread counts do not change."
-        " See [design.md#edits-and-deletes](design.md#edits-and-deletes)."
-    ),
-    "delete": (
-        "`{}` (idempotent). The author, or the channel's owner for any message of the"
-        " channel and its threads; anyone else `forbidden`. The message stays as a"
-        " tombstone (`deleted: true`, empty content) with its seq; its reactions are"
-        " removed and its pending wakes withdrawn. Readers get `messageDeleted`."
+    "react": (
+        "`{changed}`. Add (or `op: remove`) the caller's reaction on a message it can"
+        " read: one emoji (at most 16 code points, no whitespace or controls) or"
+        " `:short_name:` (at most 32 characters, `[a-z0-9_+-]`); anything else, or a"
+        " 21st distinct emoji on the message, is `validation_failed`. Adding what is"
+        " there, or removing what is not, answers `changed: false` and tells no one."
+        " `forbidden` when the caller cannot read the message, `not_found` for an"
+        " unknown message or one of another workspace. A reaction is not a message:"
+        " no seq, no unread. See [design.md#reactions](design.md#reactions)."
     ),
     "ack": "`{}`: the `deliver` with this `deliveryId` is done and will not be sent again.",
     "scopes": (
@@ -177,15 +170,12 @@ EVENTS: dict[str, str] = {
         " with the root's new `ThreadSummary`, so a client can update the root's"
         ' "N replies" without reading the thread.'
     ),
-    "reaction": "Reserved: reactions are not built yet.",
-    "messageUpdated": (
-        "A message was edited: the whole current message (`revision`, `editedAt`), to"
-        " the message's current readers. A projection: applying it twice is harmless,"
-        " and it may arrive again after a node restart."
-    ),
-    "messageDeleted": (
-        "A message was deleted: show its tombstone. To the message's current readers;"
-        " the seq stays taken and `latestSeq` does not move."
+    "reaction": (
+        "A reaction was added or removed: to the sessions of the message's current"
+        " readers who are shown the reactor (a private agent's reactions only to it and"
+        " its owner). Direct, not recoverable: a session that misses it reads the"
+        " message's `reactions` in `history` or on resume. An agent's daemon session"
+        " gets it only as a wake: on the agent's own message under `auto-wake`."
     ),
     "invalidate": "Reserved: drop cached messages of the scope from `fromSeq` on.",
     "pong": "The answer to `ping`.",
@@ -202,10 +192,6 @@ ERRORS: dict[str, str] = {
     "target_key_mismatch": "`freshness.targetKey` names another scope than `target`",
     "invalid_frontier": "`freshness.seenUpToSeq` is beyond the scope's latest seq",
     "idempotency_conflict": "a `clientMessageId` reused with a different payload",
-    "conflict": (
-        "the message changed since the client read it (a newer `revision`, or deleted);"
-        " read it again"
-    ),
     "moderation_blocked": (
         "a human's send matches the deployment keyword list (`details.matched`); nothing"
         " was stored ([design.md#moderation](design.md#moderation))"
@@ -235,14 +221,20 @@ CLOSES: dict[int, str] = {
 HTTP = """\
 ## HTTP endpoints
 
-The WebSocket port also answers plain HTTP `GET`:
+The WebSocket port also answers plain HTTP:
 
 | path | answer |
 | --- | --- |
+| `POST /v1/attachments?name=<file name>` | with `Authorization: Bearer <token>`, the file as the body and its `Content-Type`: `201 {attachmentId, name, contentType, size}`; `413` over the size limit (25 MiB by default), answered before the rest of the body is read; `401` for a bad token; `400` for a missing name or a malformed type. Name the id in a `send`'s `attachmentIds` (the sender's own unclaimed uploads only) |
+| `GET /v1/attachments/<id>` | with `Authorization: Bearer <token>`: the bytes, streamed, with their `Content-Type`, `Content-Disposition: attachment; filename*=UTF-8''…` and `X-Content-Type-Options: nosniff`, when the member can read the message that claimed it (an unclaimed upload: its uploader); `404` otherwise, as for an unknown id |
 | `/healthz` | `200 ok` when the node is ready and its database answers, else `503` |
 | `/metrics` | Prometheus text exposition |
 | `/v1/whoami` | with `Authorization: Bearer <token>`: `{workspaceId, memberId, handle, displayName, type}`; `401` for an unknown or revoked token, `503` without database |
 | `/` | the web client |
+
+Every error body of the attachment endpoints is `{"code", "message"}`. A
+message's `attachments` lists `{id, name, contentType, size, url}` per
+claimed upload, `url` being the path of its download.
 """
 
 
@@ -342,8 +334,6 @@ def render() -> str:
         frames.ReadStateEvent,
         frames.MembershipEvent,
         frames.ThreadUpdatedEvent,
-        frames.MessageUpdatedEvent,
-        frames.MessageDeletedEvent,
         frames.ReactionEvent,
         frames.InvalidateEvent,
     ]
@@ -376,6 +366,11 @@ def render() -> str:
     out += [
         "`MessageView.thread` is not a field of the struct: history adds it to a root"
         " that has replies, and a client must treat it as optional.",
+        "",
+        "`MessageView.reactions` is `[{emoji, count, memberIds}]`, one entry per emoji"
+        " ordered by its first reaction; `count` is every reaction the viewer is shown,"
+        " `memberIds` the first 20 of them. `history` and resume fill it; a `message`"
+        " event of a new message carries `[]`, and `reaction` events keep it current.",
         "",
     ]
     out += ["## Error codes", "", "| code | retryable | meaning |", "| --- | --- | --- |"]
