@@ -115,6 +115,22 @@ RESULTS: dict[str, str] = {
         " unknown message or one of another workspace. A reaction is not a message:"
         " no seq, no unread. See [design.md#reactions](design.md#reactions)."
     ),
+    "edit": (
+        "`{messageId, revision, editedAt}`. Only the author edits, and only `text`"
+        " messages (`forbidden` otherwise); the id and seq stay, `revision` goes up by"
+        " one and live mentions are parsed again: an agent mentioned for the first time"
+        " gets one `deliver`, earlier wakes stand. A `revision` older than the stored one"
+        " answers `conflict` (`details.revision`, the current one), as does editing a"
+        " deleted message; the same content as stored answers the current state and"
+        " writes nothing. Readers get `messageUpdated`; unread counts do not change."
+        " See [design.md#edits-and-deletes](design.md#edits-and-deletes)."
+    ),
+    "delete": (
+        "`{}` (idempotent). The author, or the channel's owner for any message of the"
+        " channel and its threads; anyone else `forbidden`. The message stays as a"
+        " tombstone (`deleted: true`, empty content) with its seq; its reactions are"
+        " removed and its pending wakes withdrawn. Readers get `messageDeleted`."
+    ),
     "ack": "`{}`: the `deliver` with this `deliveryId` is done and will not be sent again.",
     "scopes": (
         "`{scopes: [{id, type, slug, name, latestSeq, lastReadSeq, unread,"
@@ -177,6 +193,15 @@ EVENTS: dict[str, str] = {
         " message's `reactions` in `history` or on resume. An agent's daemon session"
         " gets it only as a wake: on the agent's own message under `auto-wake`."
     ),
+    "messageUpdated": (
+        "A message was edited: the whole current message (`revision`, `editedAt`), to"
+        " the message's current readers. A projection: applying it twice is harmless,"
+        " and it may arrive again after a node restart."
+    ),
+    "messageDeleted": (
+        "A message was deleted: show its tombstone. To the message's current readers;"
+        " the seq stays taken and `latestSeq` does not move."
+    ),
     "invalidate": "Reserved: drop cached messages of the scope from `fromSeq` on.",
     "pong": "The answer to `ping`.",
     "ping": "The node may ping too; answer with `pong` and the same id.",
@@ -192,6 +217,10 @@ ERRORS: dict[str, str] = {
     "target_key_mismatch": "`freshness.targetKey` names another scope than `target`",
     "invalid_frontier": "`freshness.seenUpToSeq` is beyond the scope's latest seq",
     "idempotency_conflict": "a `clientMessageId` reused with a different payload",
+    "conflict": (
+        "the message changed since the client read it (a newer `revision`, or deleted);"
+        " read it again"
+    ),
     "moderation_blocked": (
         "a human's send matches the deployment keyword list (`details.matched`); nothing"
         " was stored ([design.md#moderation](design.md#moderation))"
@@ -334,6 +363,8 @@ def render() -> str:
         frames.ReadStateEvent,
         frames.MembershipEvent,
         frames.ThreadUpdatedEvent,
+        frames.MessageUpdatedEvent,
+        frames.MessageDeletedEvent,
         frames.ReactionEvent,
         frames.InvalidateEvent,
     ]
