@@ -251,7 +251,10 @@ async def readable_attachment(
     if viewer is None:
         return None
     readable = await messages.readable_message(conn, info.id, found.message_id, viewer)
-    return found if readable is not None else None
+    # A tombstone's files are gone with it, even before its uploads are released.
+    if readable is None or readable.message.deleted_at is not None:
+        return None
+    return found
 
 
 async def release_attachments(conn: TrioConnection, message_id: str) -> int:

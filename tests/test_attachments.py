@@ -201,9 +201,17 @@ async def test_release_and_sweep_keep_shared_bytes(database_url: str, tmp_path: 
                 assert await attachments.release_attachments(conn, sent["messageId"]) == 1
             with pytest.raises(AttachmentError):
                 await b.download(first)
+            # Deleting a message makes its files unreadable at once.
+            third = (await a.upload(b"gone", "gone.txt", "text/plain"))["attachmentId"]
+            doomed = await a.send("#room", "doomed", attachmentIds=[third])
+            assert await b.download(third) == b"gone"
+            await a.delete(doomed["messageId"])
+            with pytest.raises(AttachmentError):
+                await b.download(third)
             async with await connect(database_url, autocommit=True) as conn:
-                # The released row goes; the unclaimed one is not yet a day old.
-                assert await attachments.sweep(conn, blobs) == 1
+                await attachments.release_attachments(conn, doomed["messageId"])
+                # Released rows go; the unclaimed one is not yet a day old.
+                assert await attachments.sweep(conn, blobs) == 2
                 assert await attachments.get(conn, first) is None
                 assert await blobs.exists(digest)  # `second` still names the bytes
                 assert await attachments.sweep(conn, blobs, ttl=timedelta(0)) == 1
