@@ -134,6 +134,14 @@ OPS: dict[str, tuple[str, str]] = {
     "search": ("search", "`search` with `scopeId`"),
     "markRead": ("markRead", "`markRead` seq 1"),
     "react": ("react", "`react` to a message of the scope that its members may read"),
+    "edit": (
+        "edit",
+        "`edit` a message the *public member* has just sent (in a DM: the first member)",
+    ),
+    "delete": (
+        "delete",
+        "`delete` a message the *public member* has just sent (in a DM: the first member)",
+    ),
     "members": ("members", "`members` of the scope"),
     "join": ("join", "`join`"),
     "leave": ("leave", "`leave`"),
@@ -176,6 +184,8 @@ MUTATING = frozenset(
     }
 )
 
+# Cells that send first run with the sends (see below).
+SENDING = frozenset({"send", "edit", "delete"})
 F, NF, SU = FORBIDDEN, NOT_FOUND, SEARCH_UNAVAILABLE
 L, U = LISTED, UNLISTED
 # fmt: off
@@ -186,6 +196,8 @@ _CHANNEL_READS: dict[str, tuple[str | None, ...]] = {
     "search":          (SU,   SU,   F,     F,       NF,     SU,       F),
     "markRead":        (OK,   OK,   F,     F,       NF,     OK,       F),
     "react":           (OK,   OK,   F,     F,       NF,     OK,       F),
+    "edit":            (OK,   F,    F,     F,       NF,     F,        F),
+    "delete":          (OK,   OK,   F,     F,       NF,     F,        F),
     "members":         (OK,   OK,   F,     F,       NF,     OK,       F),
 }
 _CHANNEL_REST: dict[str, tuple[str | None, ...]] = {
@@ -226,6 +238,8 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "search":          (SU,   F,    NF,     F),
         "markRead":        (OK,   F,    NF,     F),
         "react":           (OK,   F,    NF,     F),
+        "edit":            (OK,   F,    NF,     F),
+        "delete":          (OK,   F,    NF,     F),
         "members":         (OK,   F,    NF,     F),
         "join":            (F,    F,    NF,     F),
         "leave":           (F,    F,    NF,     F),
@@ -249,6 +263,8 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "search":          (SU,   F,       NF,     SU,       F,          F),
         "markRead":        (OK,   F,       NF,     OK,       F,          F),
         "react":           (OK,   F,       NF,     OK,       F,          F),
+        "edit":            (OK,   F,       NF,     F,        F,          F),
+        "delete":          (OK,   F,       NF,     F,        F,          F),
         "members":         (OK,   F,       NF,     OK,       F,          F),
         "join":            (F,    F,       NF,     F,        F,          F),
         "leave":           (OK,   OK,      NF,     OK,       OK,         OK),
@@ -316,6 +332,9 @@ The rules in short:
   remove. Only public channels can be joined. `join` and `leave` are
   idempotent. The channel's owner removes members and nobody removes the
   owner; an owner removes its own private agent.
+- `edit` is the author's alone; `delete` is the author's and, in a channel
+  and its threads, the channel owner's. Both need the caller to read the
+  message and to be a current member (a former member recalls nothing).
 - DMs have a fixed membership: no `join`, `leave`, `invite` or `remove`.
 - Threads are read and written through the parent: humans and public agents
   while they are current public members of the parent, private agents only by
@@ -571,6 +590,19 @@ async def answer(cast: Cast, s: Scene, op_key: str, actor: str) -> str:
         fields = {"query": "hi", "scopeId": s.scope_id}
     elif op_key == "markRead":
         fields = {"scopeId": s.scope_id, "seq": 1}
+    elif op_key in ("edit", "delete"):
+        # Each cell its own message, so no cell sees another's edit or tombstone.
+        mine = await ok(
+            s.granter,
+            cast,
+            "send",
+            target=f"scope:{s.scope_id}",
+            content="to be changed",
+            clientMessageId=f"mut-{next(cast.ids)}",
+        )
+        fields = {"messageId": mine["messageId"]}
+        if op_key == "edit":
+            fields["content"] = f"changed by {actor}"
     elif op_key == "react":
         fields = {"messageId": s.message_id, "emoji": ":+1:"}
     elif op_key in ("members", "join", "leave"):
@@ -700,7 +732,7 @@ async def test_authorization_matrix(database_url: str, tmp_path: Path) -> None:
             for sends in (False, True):
                 async with trio.open_nursery() as nursery:
                     for cell in expected:
-                        if (cell[1] == "send") is sends:
+                        if (cell[1] in SENDING) is sends:
                             nursery.start_soon(run, cell)
             hold.cancel_scope.cancel()
 
