@@ -262,8 +262,9 @@ async def release_attachments(conn: TrioConnection, message_id: str) -> int:
     and the sweeper removes them (and their bytes, once no other upload has the
     same content). Returns how many uploads were released.
 
-    For the delete path: call it in the delete's own transaction, so a delete
-    that rolls back keeps its attachments. It writes no file; idempotent.
+    The delete statement (``storage.mutations.DELETE_MESSAGE``) releases its
+    message's uploads itself, in the same statement; this is for maintenance
+    and tests. It writes no file; idempotent.
     """
     with map_errors():
         cur = await conn.execute(RELEASE, (message_id,))

@@ -116,7 +116,7 @@ WITH {_FENCE}, written AS (
 """
 
 # A tombstone keeps id, seq and author; its words, reactions, sources, search
-# document and earlier revisions go, and whatever was still to be delivered
+# document, uploads and earlier revisions go, and whatever was still to be delivered
 # about it (wakes not yet acknowledged, replays, earlier projections) and its
 # activity are suppressed.
 DELETE_MESSAGE = f"""
@@ -135,6 +135,11 @@ WITH {_FENCE}, written AS (
     DELETE FROM scope_message_sources s USING written w WHERE s.message_id = w.id
 ), search AS (
     DELETE FROM scope_message_search_docs d USING written w WHERE d.message_id = w.id
+), released AS (
+    -- Its uploads are released with it (the sweeper removes them and, once no
+    -- other upload has the same content, their bytes): storage.attachments.
+    UPDATE attachments a SET released_at = w.at
+    FROM written w WHERE a.message_id = w.id AND a.released_at IS NULL
 ), activity AS (
     UPDATE scope_activity_events a SET suppressed_at = w.at
     FROM written w WHERE a.source_message_id = w.id AND a.suppressed_at IS NULL
