@@ -26,7 +26,15 @@ from bench.nodeproc import open_node
 from bench.progress import Progress
 from bench.provision import make_provisioner
 from bench.stats import Latency, machine, own_cpu_s, raise_fd_limit
-from bench.workloads import contention, fanout, idle, reconnect, send_latency, throughput
+from bench.workloads import (
+    contention,
+    fanout,
+    idle,
+    reactions,
+    reconnect,
+    send_latency,
+    throughput,
+)
 from bench.workloads.common import Env, WorkloadResult, ratio
 
 WORKLOADS = (
@@ -37,6 +45,7 @@ WORKLOADS = (
     "contention",
     "reconnect-storm",
     "idle",
+    "reactions",
 )
 
 # option: (full run, --quick)
@@ -46,7 +55,7 @@ DEFAULTS: dict[str, tuple[Any, Any]] = {
     "senders": (64, 4),
     "scopes": (64, 2),
     "max_sends": (1_000_000, 400),
-    "readers": (1000, 5),
+    "readers": (None, None),  # per workload, below
     "agents": (8, 3),
     "sessions": (None, None),  # per workload, below
     "gap": (10, 3),
@@ -55,14 +64,19 @@ DEFAULTS: dict[str, tuple[Any, Any]] = {
     "db_concurrency": ("32", "2"),
     "timeout": (120.0, 60.0),
     "sample_every": (50, 1),
+    "reactors": (4, 2),
+    "reactions": (3000, 24),
 }
 MESSAGES = {
     "send-latency": (2000, 20),
     "fanout": (200, 10),
     "contention": (50, 5),
     "baseline": (200, 10),
+    "reactions": (50, 5),
 }
 SESSIONS = {"reconnect-storm": (200, 5), "idle": (1000, 10)}
+# Reaction readers are full sessions in this process, not raw reader sockets.
+READERS = {"reactions": (16, 3)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
         "senders per scope, each point against the raw statement at the same concurrency "
         "(--duration per point, --db-duration per raw level)",
     )
-    w.add_argument("--readers", type=int, help="fanout/baseline: reader sessions N")
+    w.add_argument("--readers", type=int, help="fanout/baseline/reactions: reader sessions N")
+    w.add_argument("--reactors", type=int, help="reactions: members reacting at once")
+    w.add_argument("--reactions", type=int, help="reactions: add/remove bound over all rounds")
     w.add_argument("--rate", type=float, default=0.0, help="fanout: sends/s (0: back to back)")
     w.add_argument("--window", type=int, default=32, help="fanout: sends in flight")
     w.add_argument("--sample-every", type=int, help="readers parse every k-th frame (50)")
@@ -125,6 +141,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         args.messages = MESSAGES.get(args.workload, (100, 10))[pick]
     if args.sessions is None:
         args.sessions = SESSIONS.get(args.workload, (100, 5))[pick]
+    if args.readers is None:
+        args.readers = READERS.get(args.workload, (1000, 5))[pick]
     if args.workload == "baseline" and args.db_concurrency == DEFAULTS["db_concurrency"][pick]:
         args.db_concurrency = f"{args.db_concurrency},{args.senders}"
     return args
@@ -200,6 +218,15 @@ def ratios(workload: str, results: dict[str, Any], baseline: dict[str, Any]) -> 
                 ),
                 "target_min_over_node_ws": 2.0,
             }
+        case "reactions":
+            raw_stmt = results.get("raw_statement", {})
+            return {
+                "reaction_p50_over_raw_statement_p50": ratio(
+                    results["reply_latency"].get("p50_ms"), raw_stmt.get("p50_ms")
+                ),
+                "at_concurrency": results["reactors"],
+                "target_max": 1.5,
+            }
         case "idle":
             return {
                 "kib_per_session_over_target": ratio(
@@ -246,6 +273,17 @@ async def run_workload(env: Env, args: argparse.Namespace) -> WorkloadResult:
             return await reconnect.run(env, sessions=args.sessions, gap=args.gap)
         case "idle":
             return await idle.run(env, sessions=args.sessions)
+        case "reactions":
+            return await reactions.run(
+                env,
+                readers=args.readers,
+                reactors=args.reactors,
+                messages=args.messages,
+                reactions=args.reactions,
+                duration_s=args.duration,
+                database_url=args.database_url,
+                baseline=not args.no_baseline,
+            )
     raise ValueError(args.workload)
 
 

@@ -65,9 +65,10 @@ class Session:
     async def send_raw(self, frame: dict[str, Any]) -> None:
         await self._ws.send_message(_encode(frame).decode())
 
-    async def request(self, op: str, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
+    async def request(self, op: str, /, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
         """Send ``{"type": op, "id": …, **fields}``; return ``reply.result``.
 
+        ``op`` is positional-only because ``react`` has a field named ``op``.
         Raises RequestError for an ``error`` reply, SessionClosed when the
         session ends first, trio.TooSlowError after ``timeout`` seconds.
         """

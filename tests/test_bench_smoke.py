@@ -8,6 +8,7 @@ import pytest
 import trio
 from wsproto.frame_protocol import FrameProtocol
 
+from bench.cli import build_parser, resolve
 from bench.fanout_baseline import (
     FanoutPlan,
     ensure_node_peer,
@@ -15,6 +16,7 @@ from bench.fanout_baseline import (
     run_fanout_server,
 )
 from bench.rawfanout import envelope, serve_fanout
+from bench.workloads.reactions import op_sequence
 from bench.wsframes import (
     OP_BINARY,
     OP_PING,
@@ -166,3 +168,18 @@ def test_node_ws_fanout_baseline_counts_exactly() -> None:
     out = run_fanout_server(cmd, FanoutPlan(clients=4, messages=20, timeout_s=30))
     assert out["complete"], out
     assert out["deliveries"] == 80
+
+
+def test_reaction_ops_are_add_remove_pairs_spread_over_the_messages() -> None:
+    ops = op_sequence(1, ["m0", "m1", "m2"], 5)
+    assert ops == [
+        ("m1", "add"), ("m1", "remove"),
+        ("m2", "add"), ("m2", "remove"),
+        ("m0", "add"), ("m0", "remove"),
+    ]  # fmt: skip
+
+
+def test_bench_cli_knows_the_reactions_workload() -> None:
+    args = resolve(build_parser().parse_args(["reactions", "--quick"]))
+    assert (args.readers, args.reactors, args.messages) == (3, 2, 5)
+    assert resolve(build_parser().parse_args(["fanout"])).readers == 1000

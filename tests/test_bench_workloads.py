@@ -141,3 +141,21 @@ def test_bench_starts_and_stops_its_own_node(tmp_path: Path) -> None:
     assert report["node_started_by_bench"] is True
     assert report["node_cpu_s"] is not None
     assert report["results"]["sends"] == 20
+
+
+def test_reactions_reach_every_reader_and_time_the_raw_statement(
+    node: NodeInfo, tmp_path: Path
+) -> None:
+    report = run_bench(node, tmp_path, "reactions")
+    results = report["results"]
+    assert results["complete"], results
+    assert results["errors"] == {}
+    assert results["reactions"] > 0
+    assert results["changed"] == {"True": results["reactions"]}
+    assert results["deliveries"] == results["expected_deliveries"] == 3 * results["reactions"]
+    assert results["delivery_latency"]["count"] == results["deliveries"]
+    raw = results["raw_statement"]
+    assert raw["ok"]
+    assert raw["count"] > 0
+    assert raw["outcomes"] == {"changed": raw["count"]}
+    assert report["ratios"]["reaction_p50_over_raw_statement_p50"] is not None

@@ -1,0 +1,327 @@
+"""reactions: readers watch a channel while members add and remove reactions.
+
+R reactor members and N reader sessions (spread over a few human members)
+share one channel holding M messages. Reactor ``i`` toggles one emoji on the
+messages in turn — add, then remove — sequentially, as its own WebSocket
+session: request → ``reply`` is the reaction latency, request → the
+``reaction`` event at a reader session the delivery latency (readers run in
+this process, so both ends read one monotonic clock).
+
+The raw baseline runs in the same run: the statements of ``storage.reactions``
+(``REACT_ADD`` / ``REACT_REMOVE``, through its own ``react`` function, the one
+the node's Applier calls) straight against the node's database, one
+autocommit connection per reactor, for the same (member, message, emoji)
+sequences. The two alternate in ``ROUNDS`` rounds (raw, then node) so the
+ratio compares phases seconds apart under the same load on a shared machine.
+Each op sequence ends with a remove, so every phase starts from messages
+without reactions. Every phase is bounded by its count and by time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import trio
+
+from bench.baseline import NoDatabase, open_database
+from bench.client import RequestError, Session
+from bench.stats import Latency
+from bench.workloads.common import CpuWindow, Env, WorkloadResult, create_channel, open_sessions
+from storage import pg
+from storage import reactions as stored_reactions
+from storage.directory import SELECT_MEMBERS, member_from_row
+from storage.visibility import Viewer
+
+EMOJI = "👍"
+ROUNDS = 3
+DRAIN_S = 5.0
+CONTENT_PAD = "x" * 100
+
+Op = tuple[str, str]  # (message id, "add" | "remove")
+
+
+def op_sequence(worker: int, message_ids: Sequence[str], count: int) -> list[Op]:
+    """``count`` ops (rounded up to whole add/remove pairs), starting at a
+    message of its own so concurrent reactors spread over the messages."""
+    ops: list[Op] = []
+    for k in range((count + 1) // 2):
+        message_id = message_ids[(worker + k) % len(message_ids)]
+        ops += [(message_id, "add"), (message_id, "remove")]
+    return ops
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+class Deliveries:
+    """Reader side: request-sent times by reaction, delivery latency on arrival."""
+
+    def __init__(self) -> None:
+        self.sent_ns: dict[tuple[str, str, str, str], int] = {}
+        self.latency = Latency("reaction_delivery")
+        self.count = 0
+        self._want = 0
+        self._reached = trio.Event()
+
+    async def wait_for(self, count: int) -> None:
+        """Until ``count`` deliveries have arrived in all."""
+        if self.count < count:
+            self._want, self._reached = count, trio.Event()
+            await self._reached.wait()
+
+    def on_event(self, frame: dict[str, Any]) -> None:
+        if frame.get("type") != "reaction":
+            return
+        key = (
+            str(frame.get("messageId")),
+            str(frame.get("memberId")),
+            str(frame.get("emoji")),
+            str(frame.get("op")),
+        )
+        start = self.sent_ns.get(key)
+        if start is not None:
+            self.latency.record_ns(time.perf_counter_ns() - start)
+            self.count += 1
+            if self.count >= self._want:
+                self._reached.set()
+
+
+class RawReactions:
+    """``storage.reactions.react`` on the node's database, one connection per reactor."""
+
+    def __init__(
+        self,
+        conns: list[pg.TrioConnection],
+        viewers: list[Viewer],
+        scope_id: str,
+        generation: int,
+    ) -> None:
+        self.conns = conns
+        self.viewers = viewers
+        self.scope_id = scope_id
+        self.generation = generation
+        self.latency = Latency("raw_reaction_statement")
+        self.outcomes: Counter[str] = Counter()
+
+    async def run_phase(self, ops: list[list[Op]], duration_s: float) -> int:
+        deadline = time.monotonic() + duration_s
+        done = [0] * len(ops)
+
+        async def worker(i: int) -> None:
+            conn, viewer = self.conns[i], self.viewers[i]
+            for message_id, op in ops[i]:
+                start = time.perf_counter_ns()
+                outcome = await stored_reactions.react(
+                    conn, op, viewer, self.scope_id, self.generation, message_id, EMOJI
+                )
+                self.latency.record_ns(time.perf_counter_ns() - start)
+                done[i] += 1
+                # A fenced-out or unreadable outcome wrote nothing: it would
+                # make the baseline cheaper than the node's statement.
+                if not (outcome.fenced and outcome.found and outcome.readable):
+                    self.outcomes["not_applied"] += 1
+                else:
+                    self.outcomes["changed" if outcome.changed else "unchanged"] += 1
+                if op == "remove" and time.monotonic() > deadline:
+                    return
+
+        async with trio.open_nursery() as nursery:
+            for i in range(len(ops)):
+                nursery.start_soon(worker, i)
+        return sum(done)
+
+
+async def _open_raw(
+    stack: AsyncExitStack, dsn: str, scope_id: str, member_ids: list[str]
+) -> RawReactions:
+    conns = []
+    for _ in member_ids:
+        conn = await pg.connect(dsn, autocommit=True)
+        stack.push_async_callback(conn.close)
+        conns.append(conn)
+    cur = await conns[0].execute(SELECT_MEMBERS, (member_ids,))
+    by_id = {m.id: m for m in map(member_from_row, await cur.fetchall())}
+    # The actor passes the generation of the roster it decided on; nothing
+    # changes the roster during the run, so the database's current one holds.
+    cur = await conns[0].execute("SELECT roster_generation FROM scopes WHERE id = %s", (scope_id,))
+    row = await cur.fetchone()
+    assert row is not None
+    # What the actor passes for a human with a current public membership of
+    # a channel: public reader, the channel as its only grant scope, no thread.
+    viewers = [Viewer(by_id[m], True, (scope_id,), False) for m in member_ids]
+    return RawReactions(conns, viewers, scope_id, int(row[0]))
+
+
+async def run(
+    env: Env,
+    *,
+    readers: int,
+    reactors: int,
+    messages: int,
+    reactions: int,
+    duration_s: float,
+    database_url: str | None,
+    baseline: bool = True,
+) -> WorkloadResult:
+    ws = await env.workspace("bench-reactions")
+    reactor_members = await env.members(ws, "human", "bench-rx-reactor", reactors)
+    reader_members = await env.members(
+        ws, "human", "bench-rx-reader", max(1, min(readers, env.members_cap))
+    )
+    reader_tokens = [reader_members[i % len(reader_members)].token for i in range(readers)]
+    reply_lat = Latency("reaction_reply")
+    deliveries = Deliveries()
+    errors: Counter[str] = Counter()
+    changed: Counter[str] = Counter()
+    cpu: CpuWindow = env.cpu_window()
+    per_round = max(2, reactions // (reactors * ROUNDS))
+    phase_s = duration_s / ROUNDS
+    rounds: list[dict[str, Any]] = []
+    raw: RawReactions | None = None
+    raw_skipped: str | None = None if baseline else "--no-baseline"
+    node_elapsed = 0.0
+    node_ops = 0
+    cpu_node = 0.0
+    cpu_gen = 0.0
+    url = env.url(ws)
+    async with AsyncExitStack() as stack:
+        env.progress.phase("sessions", reactors + readers)
+        rx = await stack.enter_async_context(
+            open_sessions(url, [m.token for m in reactor_members], kind="browser")
+        )
+        scope = await create_channel(rx[0], f"bench-reactions-{env.seed}")
+        for s in rx[1:]:
+            await s.request("join", scopeId=scope)
+        handlers = [deliveries.on_event] * readers
+        rd = await stack.enter_async_context(
+            open_sessions(
+                url, reader_tokens, kind="browser", progress=env.progress, handlers=handlers
+            )
+        )
+        joined: set[str] = set()
+        for s in rd:
+            if s.member_id not in joined:
+                await s.request("join", scopeId=scope)
+                joined.add(s.member_id)
+        env.progress.close()
+        message_ids = []
+        for i in range(messages):
+            result = await rx[0].request(
+                "send",
+                target=f"scope:{scope}",
+                content=f"react to me {i} {CONTENT_PAD}",
+                clientMessageId=f"rx-{env.seed}-{i}",
+            )
+            message_ids.append(str(result["messageId"]))
+        ops = [op_sequence(i, message_ids, per_round) for i in range(reactors)]
+        if baseline:
+            try:
+                dsn = await stack.enter_async_context(
+                    open_database(database_url, env.node.data_dir)
+                )
+                raw = await _open_raw(stack, dsn, scope, [s.member_id for s in rx])
+            except NoDatabase as e:
+                raw_skipped = str(e)
+        # Joins and sends emit events to every reader: let them drain first.
+        await trio.sleep(0.5)
+
+        async def reactor(i: int, s: Session, deadline: float, counts: list[int]) -> None:
+            for message_id, op in ops[i]:
+                deliveries.sent_ns[(message_id, s.member_id, EMOJI, op)] = (
+                    start := time.perf_counter_ns()
+                )
+                try:
+                    result = await s.request("react", messageId=message_id, emoji=EMOJI, op=op)
+                except RequestError as e:
+                    errors[e.code] += 1
+                    if not e.retryable:
+                        return
+                    continue
+                reply_lat.record_ns(time.perf_counter_ns() - start)
+                counts[i] += 1
+                changed[str(bool(result.get("changed")))] += 1
+                if op == "remove" and time.monotonic() > deadline:
+                    return
+
+        for r in range(ROUNDS):
+            entry: dict[str, Any] = {"round": r + 1, "load_avg_1m": [_load()]}
+            if raw is not None:
+                env.progress.phase(f"raw statement {r + 1}/{ROUNDS}", 1)
+                p0 = time.monotonic()
+                raw_ops = await raw.run_phase(ops, phase_s)
+                raw_s = time.monotonic() - p0
+                env.progress.close()
+                entry["raw_statements"] = raw_ops
+                entry["raw_per_s"] = round(raw_ops / raw_s, 1) if raw_s else 0.0
+            env.progress.phase(f"reactions {r + 1}/{ROUNDS}", reactors * len(ops[0]))
+            counts = [0] * reactors
+            expected_before = deliveries.count
+            window = env.cpu_window()
+            window.start()
+            t0 = time.monotonic()
+            deadline = t0 + phase_s
+            with trio.move_on_after(phase_s + env.timeout_s):
+                async with trio.open_nursery() as nursery:
+                    for i, s in enumerate(rx):
+                        nursery.start_soon(reactor, i, s, deadline, counts)
+            elapsed = time.monotonic() - t0
+            window.stop()
+            env.progress.close()
+            node_elapsed += elapsed
+            node_ops += sum(counts)
+            cpu_node += window.node_cpu_s or 0.0
+            cpu_gen += window.generator_cpu_s
+            # Every change reaches every reader session; wait for the tail.
+            want = expected_before + sum(counts) * readers
+            with trio.move_on_after(DRAIN_S):
+                await deliveries.wait_for(want)
+            entry.update(
+                reactions=sum(counts),
+                reactions_per_s=round(sum(counts) / elapsed, 1) if elapsed else 0.0,
+                deliveries=deliveries.count - expected_before,
+                expected_deliveries=sum(counts) * readers,
+            )
+            entry["load_avg_1m"].append(_load())
+            rounds.append(entry)
+    cpu.generator_cpu_s = round(cpu_gen, 3)
+    cpu.node_cpu_s = round(cpu_node, 3) if env.node.pid else None
+    expected = sum(e["expected_deliveries"] for e in rounds)
+    results: dict[str, Any] = {
+        "readers": readers,
+        "reactors": reactors,
+        "messages": messages,
+        "emoji": EMOJI,
+        "reactions": node_ops,
+        "elapsed_s": round(node_elapsed, 3),
+        "reactions_per_s": round(node_ops / node_elapsed, 1) if node_elapsed else 0.0,
+        "changed": dict(changed),
+        "errors": dict(errors),
+        "reply_latency": reply_lat.summary(),
+        "delivery_latency": deliveries.latency.summary(),
+        "deliveries": deliveries.count,
+        "expected_deliveries": expected,
+        "complete": deliveries.count == expected and not errors,
+        "node_cpu_ms_per_reaction": (
+            round(1000 * cpu_node / node_ops, 3) if env.node.pid and node_ops else None
+        ),
+        "rounds": rounds,
+    }
+    latencies = [reply_lat, deliveries.latency]
+    if raw is not None:
+        results["raw_statement"] = {
+            "statement": "storage.reactions.REACT_ADD / REACT_REMOVE (storage.reactions.react)",
+            "concurrency": reactors,
+            "outcomes": dict(raw.outcomes),
+            "ok": raw.outcomes.get("not_applied", 0) == 0,
+            **raw.latency.summary(),
+        }
+        latencies.append(raw.latency)
+    else:
+        results["raw_statement"] = {"skipped": raw_skipped}
+    return WorkloadResult(results, cpu, latencies)
