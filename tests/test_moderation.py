@@ -221,3 +221,35 @@ def test_serve_refuses_an_unreadable_moderation_file(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.startswith("scopenode: --moderation-file:"), done.stderr
+
+
+async def test_an_edit_to_a_blocked_word_is_refused_and_the_old_content_stays(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path, moderation_keywords=("darn",)) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        bob = await world.member("bob")
+        async with world.client(ann) as a, world.client(bob) as b:
+            scope_id = await make_channel(a, "mod", b)
+            sent = await a.send("#mod", "all fine")
+            await b.events_until(lambda e: e["type"] == "message", timeout=TIMEOUT)
+            with pytest.raises(ClientError) as caught:
+                await a.edit(sent["messageId"], "darn it")
+            assert caught.value.code == "moderation_blocked"
+            assert caught.value.details["matched"] == ["darn"]
+            page = await b.history("#mod")
+            [message] = page["messages"]
+            assert (message["content"], message["revision"]) == ("all fine", 0)
+            async with await connect(database_url, autocommit=True) as conn:
+                cur = await conn.execute(
+                    "SELECT scope_id, target, content FROM moderation_audit_log"
+                    " WHERE workspace_id = %s",
+                    (world.workspace_id,),
+                )
+                assert await cur.fetchall() == [(scope_id, f"scope:{scope_id}", "darn it")]
+            # Nothing was pushed for the refused edit: bob's next event is the next send.
+            later = await a.send("#mod", "later")
+            event = await b.next_event(timeout=TIMEOUT)
+            assert event["type"] == "message"
+            assert event["message"]["id"] == later["messageId"]

@@ -236,6 +236,10 @@ async def edit(ctx: Context, request: Edit) -> dict[str, object]:
             path="$.content",
         )
     scope_id = await readable_message_scope(ctx.services, member, request.message_id)
+    if member.type is MemberType.HUMAN:
+        # The same boundary as a send: a refused edit writes only its audit row
+        # and the message keeps its old content.
+        await check_moderation(ctx.services, member, f"scope:{scope_id}", request.content)
     cmd = EditCommand(member, request.message_id, request.content, _unset, request.revision)
     return await submit_mutation(ctx.services, scope_id, cmd)
 
