@@ -28,6 +28,7 @@ from node import logs
 from node.config import MAX_ATTACHMENT_BYTES, Settings, load_moderation
 from node.database import open_database, verify
 from storage import directory, scopes
+from storage import search as search_index
 from storage.errors import (
     DatabaseUnavailable,
     EmbeddedPostgresError,
@@ -126,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
     db_commands = db.add_subparsers(dest="db_command", required=True)
     _common(db_commands.add_parser("verify", help="compare the live schema with the definition"))
 
+    search = commands.add_parser("search", help="the search index of a workspace")
+    search_commands = search.add_subparsers(dest="search_command", required=True)
+    for name, text in (
+        ("status", "readiness and counts"),
+        ("rebuild", "backfill every message, then finalize; prints the final status"),
+    ):
+        sub = search_commands.add_parser(name, help=text)
+        sub.add_argument("--workspace", help="required when there is more than one")
+        _common(sub)
+
     commands.add_parser(
         "bench", help="load-test a node (see `scopenode bench --help`)", add_help=False
     )
@@ -149,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "admin":
             result = trio.run(_with_database, args, _ADMIN[args.admin_command])
+        elif args.command == "search":
+            result = trio.run(_with_database, args, _SEARCH[args.search_command])
         else:
             result = trio.run(_with_database, args, _db_verify)
     except (CliError, StorageError, SchemaError, psycopg.Error) as exc:
@@ -406,6 +419,29 @@ async def _db_verify(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         return {"ok": False, "drift": drift}
     return {"ok": True}
 
+
+async def _search_workspace(conn: TrioConnection, given: str | None) -> str:
+    if given is not None:
+        return await _workspace(conn, given)
+    found = await directory.list_workspaces(conn)
+    if len(found) != 1:
+        raise CliError(f"--workspace: required ({len(found)} workspaces)")
+    return found[0].id
+
+
+async def _search_status(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _search_workspace(conn, args.workspace)
+        return (await search_index.status(conn, workspace_id)).view()
+
+
+async def _search_rebuild(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _search_workspace(conn, args.workspace)
+        return (await search_index.rebuild(conn, workspace_id)).view()
+
+
+_SEARCH: dict[str, Handler] = {"status": _search_status, "rebuild": _search_rebuild}
 
 _ADMIN: dict[str, Handler] = {
     "create-workspace": _create_workspace,

@@ -98,9 +98,27 @@ RESULTS: dict[str, str] = {
         " empty while `hasMore` is true: rows the viewer may not read are skipped. In a"
         " thread, `root` is the root message when the viewer can read it in the parent,"
         " else `null`. In a channel, a root with replies carries `thread`"
-        " (`ThreadSummary`), except for private agents."
+        " (`ThreadSummary`), except for private agents. `aroundSeq` (instead of"
+        " `beforeSeq`/`afterSeq`) answers a page centred on that seq, for opening a"
+        " search hit: up to half the limit at or before it, the rest after it;"
+        " `continueBeforeSeq` pages back and `coversThroughSeq` forward as above."
     ),
-    "search": "Not built: answers `search_unavailable` after checking the scope is readable.",
+    "search": (
+        "`{hits: [{scopeId, message: MessageView, highlights}], nextCursor, hasMore}`:"
+        " messages the caller may read (exactly what `history` shows it: threads with"
+        " the parent's readers, a private agent only what it may read; deleted messages"
+        " never), newest first (`sort: recent`) or best ranked first (`relevance`, ties"
+        " newest first). A word matches every word that starts with it (case-insensitive,"
+        " no stemming, in any language written with spaces); a phrase in double quotes,"
+        " and any term with digits, punctuation, emoji or Chinese, Japanese or Korean"
+        " text, matches as a substring anywhere. `highlights` are `[start, end)` offsets"
+        " in characters (code points) of `message.content` where a term matched, sorted"
+        " and merged. Page with `cursor: nextCursor` (the same query, filters and sort;"
+        " another query's cursor is `validation_failed`). `scopeId` that the caller may"
+        " not read answers `forbidden` (`not_found` in another workspace), as `history`"
+        " does; `search_unavailable` (retryable) while the workspace's index is being"
+        " built. See [design.md#search](design.md#search)."
+    ),
     "markRead": (
         "`{lastReadSeq}`; the member's other sessions get a `readState` event. Read"
         " state only moves forward."
@@ -229,7 +247,7 @@ ERRORS: dict[str, str] = {
     "rate_limited": "over a per-session rate limit (`details.retryAfterMs`) or session cap",
     "overloaded": "the node sheds load; retry later",
     "unavailable": "the database failed; nothing was stored; retry",
-    "search_unavailable": "search is not ready on this deployment",
+    "search_unavailable": "the workspace's search index is being built (`scopenode search rebuild`); retry",
     "internal": "a bug; the request may or may not have taken effect",
 }
 

@@ -97,13 +97,24 @@ class History(_Frame, tag="history"):
     before_seq: NonNegative | None = None
     after_seq: NonNegative | None = None
     limit: PageLimit = 50
+    # A page centred on this seq (opening a search hit); excludes the other two.
+    around_seq: NonNegative | None = None
 
 
 class Search(_Frame, tag="search"):
+    """Find readable messages (docs/design.md#search). ``query``: words (a word
+    of the message starts with each), ``"exact phrase"``, ``-excluded``,
+    ``from:@handle``, ``in:#channel`` (and its threads); any other token is a
+    literal matched as a substring. ``scopeId`` keeps one scope, ``authorId``
+    one author; ``cursor`` is the previous page's ``nextCursor``, with the same
+    query, filters and sort."""
+
     id: RequestId
-    query: Annotated[str, Meta(min_length=1, max_length=1024)]
+    query: Annotated[str, Meta(min_length=1, max_length=256)]
     scope_id: Identifier | None = None
-    limit: PageLimit = 20
+    author_id: Identifier | None = None
+    sort: Literal["recent", "relevance"] = "recent"
+    limit: Annotated[int, Meta(ge=1, le=50)] = 20
     cursor: Annotated[str, Meta(max_length=512)] | None = None
 
 

@@ -120,7 +120,7 @@ def find_pg_bin_dir() -> Path:
     Order: the ``PG_BIN`` environment variable, the newest
     ``/usr/lib/postgresql/*/bin``, ``pg_ctl`` on PATH, then the ``pgserver``
     wheel's bundled binaries. System installations come first because the
-    schema needs the standard contrib extension btree_gist, which
+    schema needs the standard contrib extensions btree_gist and pg_trgm, which
     the pgserver wheel does not ship. Raise EmbeddedPostgresError if none is usable.
     """
     for candidate in _bin_dir_candidates():

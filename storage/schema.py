@@ -26,6 +26,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (4, "edits", "schema_v4_edits.sql"),
     (5, "attachments", "schema_v5_attachments.sql"),
     (6, "sources", "schema_v6_sources.sql"),
+    (7, "search", "schema_v7_search.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators
 _BOOKKEEPING = "schema_migrations"

@@ -37,7 +37,6 @@ PARALLEL = 12  # worlds built and cells asked at once
 OK = "ok"
 FORBIDDEN = "forbidden"
 NOT_FOUND = "not_found"
-SEARCH_UNAVAILABLE = "search_unavailable"  # search is not built yet: its "allowed" answer
 NA = None  # the combination cannot exist
 # Listings (channels, people, a root's thread summary) answer with a reply
 # either way: the cell is whether the reply names what the row asks about.
@@ -186,14 +185,14 @@ MUTATING = frozenset(
 
 # Cells that send first run with the sends (see below).
 SENDING = frozenset({"send", "edit", "delete"})
-F, NF, SU = FORBIDDEN, NOT_FOUND, SEARCH_UNAVAILABLE
+F, NF = FORBIDDEN, NOT_FOUND
 L, U = LISTED, UNLISTED
 # fmt: off
 _CHANNEL_READS: dict[str, tuple[str | None, ...]] = {
     #                  member owner former outsider foreign own_agent other_agent
     "send":            (OK,   OK,   F,     F,       NF,     OK,       F),
     "history":         (OK,   OK,   F,     F,       NF,     OK,       F),
-    "search":          (SU,   SU,   F,     F,       NF,     SU,       F),
+    "search":          (OK,   OK,   F,     F,       NF,     OK,       F),
     "markRead":        (OK,   OK,   F,     F,       NF,     OK,       F),
     "react":           (OK,   OK,   F,     F,       NF,     OK,       F),
     "edit":            (OK,   F,    F,     F,       NF,     F,        F),
@@ -235,7 +234,7 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         #                  member third foreign other_agent
         "send":            (OK,   F,    NF,     F),
         "history":         (OK,   F,    NF,     F),
-        "search":          (SU,   F,    NF,     F),
+        "search":          (OK,   F,    NF,     F),
         "markRead":        (OK,   F,    NF,     F),
         "react":           (OK,   F,    NF,     F),
         "edit":            (OK,   F,    NF,     F),
@@ -260,7 +259,7 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         #                  member outsider foreign own_agent other_agent leaver
         "send":            (OK,   F,       NF,     OK,       F,          F),
         "history":         (OK,   F,       NF,     OK,       F,          F),
-        "search":          (SU,   F,       NF,     SU,       F,          F),
+        "search":          (OK,   F,       NF,     OK,       F,          F),
         "markRead":        (OK,   F,       NF,     OK,       F,          F),
         "react":           (OK,   F,       NF,     OK,       F,          F),
         "edit":            (OK,   F,       NF,     F,        F,          F),
@@ -349,8 +348,8 @@ The rules in short:
   its `thread` summary for readers of the parent, never for private agents.
 - `react` is allowed to whoever may read the message (a private agent: the
   messages it may see); a reaction is not a message and changes no seq.
-- `search` is not built yet. It still checks that the caller may read the
-  scope first; its "allowed" answer is the typed error `search_unavailable`.
+- `search` with `scopeId` checks first that the caller may read the scope,
+  as `history` does; hits are only messages `history` would show it.
 """
 
 

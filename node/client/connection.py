@@ -192,8 +192,42 @@ class Client:
         )
 
     async def history(self, target: str, **fields: Any) -> dict[str, Any]:
-        """The ``history`` op (``beforeSeq``/``afterSeq``/``limit`` as keywords)."""
+        """The ``history`` op (``beforeSeq``/``afterSeq``/``aroundSeq``/``limit`` as keywords)."""
         return await self.request("history", target=target, **fields)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        scope_id: str | None = None,
+        author_id: str | None = None,
+        sort: str = "recent",
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of the ``search`` op: ``{hits: [{scopeId, message, highlights}],
+        nextCursor, hasMore}``; pass ``nextCursor`` back as ``cursor`` for the next
+        page. Raises :class:`ClientError` ``search_unavailable`` (retryable) while
+        the workspace's index is being built."""
+        optional = {"scopeId": scope_id, "authorId": author_id, "cursor": cursor}
+        given = {name: value for name, value in optional.items() if value is not None}
+        return await self.request("search", query=query, sort=sort, limit=limit, **given)
+
+    async def search_all(
+        self, query: str, *, max_hits: int = 1000, **filters: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every hit of a query, page by page (at most ``max_hits``): the paging
+        loop of :meth:`search` for daemons that want the whole answer."""
+        cursor: str | None = None
+        yielded = 0
+        while yielded < max_hits:
+            page = await self.search(query, cursor=cursor, **filters)
+            for hit in page["hits"][: max_hits - yielded]:
+                yielded += 1
+                yield hit
+            cursor = page["nextCursor"]
+            if not page["hasMore"] or cursor is None:
+                return
 
     async def react(self, message_id: str, emoji: str, op: str = "add") -> dict[str, Any]:
         """The ``react`` op: add (or, with ``op="remove"``, take back) your reaction

@@ -3,7 +3,8 @@
 ``membership`` (channels and the channel browser, join/leave/invite/remove, members,
 people, notification settings),
 ``reading`` (history, resume, scopes, read state), ``grants``, ``delivery``
-(acks and redelivery), ``messages`` (the send path), ``reactions``. Handlers see the session
+(acks and redelivery), ``messages`` (the send path), ``reactions``, ``search``. Handlers
+see the session
 only through :class:`node.ops.context.Context`.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.ops import delivery, grants, membership, messages, reactions, reading
+from node.ops import delivery, grants, membership, messages, reactions, reading, search
 from node.ops.context import Context
 from node.ops.delivery import redeliver
 from node.ops.reading import resume
@@ -73,13 +74,7 @@ async def handle(ctx: Context, request: Any) -> Any:
         case RevokeGrant():
             return await grants.revoke_grant(ctx, request)
         case Search():
-            if request.scope_id is not None:
-                # Not built yet, but never an oracle: a scope the caller may not
-                # read answers as `history` would (not_found / forbidden).
-                await reading.scope_viewer(ctx, request.scope_id)
-            raise OperationError(
-                ErrorCode.SEARCH_UNAVAILABLE, "search is not ready on this deployment"
-            )
+            return await search.search(ctx, request)
         case Edit():
             return await messages.edit(ctx, request)
         case Delete():

@@ -82,6 +82,14 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
         raise OperationError(
             ErrorCode.VALIDATION_FAILED, "give beforeSeq or afterSeq, not both", path="$.afterSeq"
         )
+    if request.around_seq is not None:
+        if request.before_seq is not None or request.after_seq is not None:
+            raise OperationError(
+                ErrorCode.VALIDATION_FAILED,
+                "aroundSeq excludes beforeSeq and afterSeq",
+                path="$.aroundSeq",
+            )
+        return await _history_around(ctx, request, scope_id, viewer, info)
     ascending = request.after_seq is not None
     async with ctx.services.pool.connection() as conn:
         page = await messages.page(
@@ -121,6 +129,58 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
         result["continueBeforeSeq"] = page.examined_low
     if info.type is ScopeType.THREAD:
         # Context only: the root lives in the parent and never moves the thread's seqs.
+        result["root"] = await thread_root(ctx, info)
+    return result
+
+
+async def _history_around(
+    ctx: Context, request: History, scope_id: str, viewer: Viewer, info: ScopeInfo
+) -> dict[str, Any]:
+    """A page centred on ``aroundSeq`` (opening a search hit): up to half the
+    limit at or before it, the rest after it, oldest first. ``continueBeforeSeq``
+    pages back as with ``beforeSeq``; ``coversThroughSeq`` pages on with
+    ``afterSeq``."""
+    member = member_of(ctx)
+    around = request.around_seq
+    assert around is not None
+    budget = ctx.settings.history_candidate_budget
+    async with ctx.services.pool.connection() as conn:
+        older = await messages.page(
+            conn, scope_id, viewer, before=around + 1, limit=request.limit // 2 + 1, budget=budget
+        )
+        newer = await messages.page(
+            conn,
+            scope_id,
+            viewer,
+            after=around,
+            limit=max(request.limit - len(older.messages), 1),
+            ascending=True,
+            budget=budget,
+        )
+        found = older.messages + newer.messages
+        cited = await sources.sources_for(conn, [r.message.id for r in found], member)
+    shown = [to_builtins(stored_message_view(r.message, member.id)) for r in found]
+    for message in shown:
+        message["sources"] = cited.get(message["id"], [])
+    await _with_reactions(ctx, shown)
+    if info.type is ScopeType.CHANNEL and shown and not member.is_private_agent:
+        await _with_threads(ctx, scope_id, shown)
+    latest = info.latest_seq
+    covers = newer.examined_high if newer.has_more and newer.examined_high else latest
+    result: dict[str, Any] = {
+        "scopeId": scope_id,
+        "targetKey": scope_id,
+        "latestSeq": latest,
+        "messages": shown,
+        "coversThroughSeq": max(covers, 0),
+        "hasMore": older.has_more or newer.has_more,
+        "candidateBudgetExhausted": (
+            older.candidate_budget_exhausted or newer.candidate_budget_exhausted
+        ),
+    }
+    if older.has_more and older.examined_low is not None:
+        result["continueBeforeSeq"] = older.examined_low
+    if info.type is ScopeType.THREAD:
         result["root"] = await thread_root(ctx, info)
     return result
 

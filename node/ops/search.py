@@ -1,0 +1,62 @@
+"""``search``: readable messages matching a query (docs/design.md#search)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.search_query import QueryError, highlights, parse
+from node.ops import reading
+from node.ops.context import Context, member_of
+from node.views import stored_message_view
+from protocol.errors import ErrorCode, OperationError
+from protocol.frames import Search, to_builtins
+from storage import search as index
+from storage.visibility import Viewer
+
+
+async def search(ctx: Context, request: Search) -> dict[str, Any]:
+    member = member_of(ctx)
+    if request.scope_id is not None:
+        # The same answers as `history` for a scope the caller may not read
+        # (not_found in another workspace, forbidden elsewhere): never an oracle.
+        await reading.scope_viewer(ctx, request.scope_id)
+    try:
+        parsed = parse(request.query)
+    except QueryError as exc:
+        raise OperationError(ErrorCode.VALIDATION_FAILED, str(exc), path="$.query") from None
+    filters = index.Filters(member.workspace_id, request.scope_id, request.author_id)
+    # The per-scope rights are evaluated per row by the statement itself.
+    viewer = Viewer(member, public_reader=False, grant_scopes=()).params()
+    async with ctx.services.pool.connection() as conn:
+        if not await index.is_ready(conn, member.workspace_id):
+            raise OperationError(
+                ErrorCode.SEARCH_UNAVAILABLE, "the search index of this workspace is being built"
+            )
+        try:
+            results = await index.search(
+                conn,
+                request.query,
+                parsed,
+                filters,
+                viewer,
+                sort=request.sort,
+                limit=request.limit,
+                cursor=request.cursor,
+            )
+        except index.BadCursor as exc:
+            raise OperationError(ErrorCode.VALIDATION_FAILED, str(exc), path="$.cursor") from None
+    hits = []
+    for hit in results.hits:
+        message = hit.readable.message
+        hits.append(
+            {
+                "scopeId": message.scope_id,
+                "message": to_builtins(stored_message_view(message, member.id)),
+                "highlights": [list(span) for span in highlights(message.content, parsed)],
+            }
+        )
+    return {
+        "hits": hits,
+        "nextCursor": results.next_cursor,
+        "hasMore": results.next_cursor is not None,
+    }
