@@ -20,6 +20,7 @@ from node.hub import Hub
 from node.metrics import Metrics
 from node.outbox_worker import OutboxWorker
 from node.registry import ActorRegistry
+from node.relay import ClusterRelay
 from node.resolver import Resolver
 from node.revocation import watch_revocations
 from node.server import handle_connection
@@ -115,6 +116,9 @@ async def serve_node(
         nursery.start_soon(sweep_sessions, services)
         nursery.start_soon(sweep_attachments, services)
         await nursery.start(watch_revocations, dsn, hub)
+        relay = ClusterRelay(dsn, pool, hub, node_id)
+        await nursery.start(relay.run)
+        hub.relay = relay
         listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
         # Connections live in the node's nursery, so that draining can stop
         # the accept loop (cancel, then close the listeners) and keep sessions.

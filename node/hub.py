@@ -18,13 +18,29 @@ cross-node notifications, which call the same methods):
   A leave or remove through the scope's actor needs no call (the roster fence
   keeps the member out of every later plan); the hook is for removals relayed
   from other nodes, whose relay must carry joins and invites as well.
+
+Cross-node relay (``node/relay.py``): with :attr:`Hub.relay` set, what the
+hub publishes after a commit is also NOTIFYed to the other nodes on the
+database, which push it to their own sessions — ``message`` (by seq range,
+re-read with the one SQL predicate there), ``membership`` (a ``left`` mutes
+the member's sessions there, a join or invite unmutes them), ``readState``
+and ``reaction``. A new event kind uses the generic hook
+:meth:`Hub.relay_event` right after pushing it locally: the encoded event,
+small (the relay's payload stays under PostgreSQL's 8,000 bytes; a bigger one
+becomes ``invalidate`` with reason ``relay_oversize`` there) and the members
+shown it (``audience``), or, when that list may be long, ``readers_of``: a
+message id whose current readers get it (private agents then get nothing:
+the hook cannot tell which activity they may see). ``wakes`` and
+``daemons=False`` mirror ``reaction``'s rule that daemon sessions get the
+event only as a wake. The other node pushes the same bytes and honours
+:meth:`Hub.stop_scope_events`.
 """
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -58,6 +74,35 @@ REVOKED_REMEMBERED = 10_000
 # Test seam for crash tests: commit edits and deletes but push nothing, as if
 # the node died between commit and projection (only the outbox row remains).
 SKIP_MUTATION_PUSH_ENV = "SCOPENODE_TEST_SKIP_MUTATION_PUSH"
+
+
+class EventRelay(Protocol):
+    """The cross-node side of the Publisher (``node/relay.py``). Never blocks."""
+
+    def messages_committed(self, scope_id: str, seqs: Sequence[int]) -> bool: ...
+
+    def membership(
+        self,
+        scope_id: str,
+        member_id: str,
+        op: str,
+        visibility: str,
+        audience: Collection[str] | None,
+    ) -> None: ...
+
+    def read_state(self, scope_id: str, member_id: str, last_read_seq: int) -> None: ...
+
+    def event(
+        self,
+        scope_id: str,
+        payload: bytes,
+        *,
+        audience: Collection[str] | None,
+        readers_of: str | None = None,
+        wakes: Collection[str] = (),
+        daemons: bool = True,
+        seq: int = 1,
+    ) -> None: ...
 
 
 class LiveSession(Protocol):
@@ -97,6 +142,7 @@ class Hub:
         # Bounded: only revocations of the last while matter for that race.
         self._revoked: dict[int, None] = {}
         self.skip_mutation_push = os.environ.get(SKIP_MUTATION_PUSH_ENV) == "1"
+        self.relay: EventRelay | None = None
 
     def add(self, session: LiveSession, credential_id: int | None = None) -> bool:
         """Register an authenticated session; False (not added) if its credential was revoked."""
@@ -151,6 +197,36 @@ class Hub:
 
     def sessions_of(self, member_id: str) -> set[LiveSession]:
         return self._sessions.get(member_id, set())
+
+    def member_ids(self) -> list[str]:
+        """Members with a live session on this node (the relay's candidates)."""
+        return list(self._sessions)
+
+    def relay_event(
+        self,
+        scope_id: str,
+        payload: bytes,
+        *,
+        audience: Collection[str] | None,
+        readers_of: str | None = None,
+        wakes: Collection[str] = (),
+        daemons: bool = True,
+    ) -> None:
+        """Hand an event already pushed here to the other nodes (see module doc)."""
+        if self.relay is not None:
+            self.relay.event(
+                scope_id,
+                payload,
+                audience=audience,
+                readers_of=readers_of,
+                wakes=wakes,
+                daemons=daemons,
+            )
+
+    def relay_read_state(self, scope_id: str, member_id: str, last_read_seq: int) -> None:
+        """The member's sessions on other nodes get ``readState`` too."""
+        if self.relay is not None:
+            self.relay.read_state(scope_id, member_id, last_read_seq)
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._sessions.values())
@@ -209,9 +285,14 @@ class Hub:
                     for session in self._sessions.get(agent_id, ())
                     if session.is_daemon and not session.is_muted(scope_id)
                 )
-        for session, events in batches.items():
-            session.deliver_events(scope_id, events)
-            self.events_published += len(events)
+        # With another node writing the scope too, the relay may have its
+        # earlier seqs still to push here: then it pushes these after them.
+        if self.relay is None or self.relay.messages_committed(
+            scope_id, [commit.seq for _, commit in sends]
+        ):
+            for session, events in batches.items():
+                session.deliver_events(scope_id, events)
+                self.events_published += len(events)
         for session, wake in wakes:
             session.push_frame(wake)
         self._on_delivered(delivered)
@@ -262,6 +343,14 @@ class Hub:
                 if (woken or not session.is_daemon) and not session.is_muted(scope_id):
                     session.push(payload)
         self.events_published += 1
+        self.relay_event(
+            scope_id,
+            payload,
+            audience=activity.audience,
+            readers_of=activity.message_id,
+            wakes=activity.wakes,
+            daemons=False,
+        )
 
     def publish_mutation(self, plan: MutationPlan, commit: CommittedMutation) -> None:
         """``messageUpdated``/``messageDeleted`` to the message's current readers, and
@@ -335,3 +424,8 @@ class Hub:
         for reader in audience:
             for session in self._sessions.get(reader, ()):
                 session.push(payload)
+        if self.relay is not None:
+            # Private memberships are shown to two members at most: carried.
+            # A public one goes to whoever reads the scope on the other node.
+            shown = audience if visibility == "private" else None
+            self.relay.membership(scope_id, member_id, op, visibility, shown)

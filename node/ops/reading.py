@@ -312,4 +312,5 @@ async def mark_read(ctx: Context, request: MarkRead) -> dict[str, Any]:
         raise OperationError(ErrorCode.FORBIDDEN, "not a member of this scope")
     payload = encode(ReadStateEvent(scope_id=request.scope_id, last_read_seq=last_read))
     push_to_others(ctx, ctx.services.hub.sessions_of(member.id), payload)
+    ctx.services.hub.relay_read_state(request.scope_id, member.id, last_read)
     return {"lastReadSeq": last_read}

@@ -1,0 +1,537 @@
+"""Cross-node events: what another node committed reaches this node's sessions.
+
+Every node of a cluster shares one PostgreSQL. After a commit the hub hands
+the event to :class:`ClusterRelay`, which NOTIFYs it on :data:`CHANNEL`;
+every node LISTENs there on one dedicated connection (``application_name``
+:data:`APPLICATION_NAME`), ignores its own notifications and relays the rest.
+Payloads are ids and seqs, never message bodies (PostgreSQL caps a payload
+below 8,000 bytes): a ``message`` relay is ``{"n": origin, "k": "msg", "s":
+scopeId, "f": fromSeq, "t": toSeq}``, and the receiving node fetches the
+messages with their readers among its own session members in one statement
+(``storage/relay.py``: the one SQL predicate, bound per candidate), encodes
+each event once (twice when ``metadata.recipients`` is shown to some) and
+queues it on its readers' sessions.
+
+One channel for the whole database rather than one per workspace: a node
+never has to LISTEN/UNLISTEN as sessions of new workspaces come and go, and
+the listener connection is never busy with anything but notifications. The
+cost is that every node parses every node's notifications, including those of
+workspaces it has no session in (a JSON parse and a dict lookup each, no
+query: a node with no reader of the scope issues no statement). Per-workspace
+channels would cut that at the price of LISTEN bookkeeping; at the rates one
+database sustains, parsing is not what limits a node.
+
+Order and gaps. Per scope the relay keeps a cursor of the seqs its sessions
+were handed (local commits count too). A notification that leaves a hole
+below it (another node's notification still in flight, or a node that died
+between commit and NOTIFY) is held for :data:`GAP_WAIT` seconds; then the hole
+is read from the database, so sessions get every seq in order and never a
+silent gap. When the LISTEN connection drops, the node reconnects and, before
+relaying anything newer, reads every scope with messages since the last moment
+it knew it was listening (minus :data:`CATCHUP_MARGIN` for transactions in
+flight) and pushes what its sessions missed by seq; a range too long to push
+becomes ``invalidate {scopeId, reason: "relay_gap", fromSeq}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+from contextlib import aclosing
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import structlog
+import trio
+
+from actors.sources import VIEW_KIND
+from node.hub import Hub, LiveSession
+from node.views import sees_recipients, stored_message_view
+from node.wsframe import frame
+from protocol.codec import encode
+from protocol.frames import InvalidateEvent, MembershipEvent, MessageEvent, ReadStateEvent
+from storage import relay as relay_sql
+from storage.errors import StorageError
+from storage.pg import Pool, TrioConnection
+from storage.sources import pending
+
+log = structlog.get_logger(__name__)
+
+CHANNEL = "scopenode_events"
+APPLICATION_NAME = "scopenode-relay"
+MAX_PAYLOAD = 7_900  # PostgreSQL refuses 8,000 bytes and more
+HEARTBEAT = 5.0  # seconds between liveness probes on the listener
+RECONNECT_DELAY = 0.5
+CATCHUP_MARGIN = timedelta(seconds=10)  # a send's created_at precedes its commit
+GAP_WAIT = 1.0
+RANGE_LIMIT = 1_000  # longer holes are an invalidate, not a push
+CURSORS_KEPT = 100_000
+ABOVE_KEPT = 10_000
+NOTIFY_ATTEMPTS = 3
+
+_NOTIFY = "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p"
+
+
+class _Cursor:
+    """Seqs of one scope this node's sessions were handed: all up to ``frontier``
+    and those in ``above``. A scope first seen through a local commit has no
+    frontier yet (what came before it is unknown) until a notification gives one."""
+
+    __slots__ = ("above", "frontier")
+
+    def __init__(self, frontier: int | None) -> None:
+        self.frontier = frontier
+        self.above: set[int] = set()
+
+    def has(self, seq: int) -> bool:
+        return (self.frontier is not None and seq <= self.frontier) or seq in self.above
+
+    def start_at(self, frontier: int) -> None:
+        if self.frontier is None:
+            self.frontier = frontier
+            self.above = {s for s in self.above if s > frontier}
+            self.add(())
+
+    def add(self, seqs: Collection[int]) -> None:
+        self.above.update(seqs)
+        if self.frontier is None:
+            return
+        self.above = {s for s in self.above if s > self.frontier}
+        while self.frontier + 1 in self.above:
+            self.frontier += 1
+            self.above.discard(self.frontier)
+        if len(self.above) > ABOVE_KEPT:
+            # A hole that never fills: stop tracking below the highest seq.
+            self.frontier = max(self.above)
+            self.above.clear()
+
+    def missing(self, upto: int) -> list[int]:
+        if self.frontier is None:
+            return []
+        return [s for s in range(self.frontier + 1, upto + 1) if s not in self.above]
+
+
+class ClusterRelay:
+    """NOTIFY after commit, LISTEN and relay to local sessions (see module doc)."""
+
+    def __init__(self, dsn: str, pool: Pool, hub: Hub, node_id: str) -> None:
+        self._dsn = dsn
+        self._pool = pool
+        self._hub = hub
+        # Unique per process and per in-process node: a node ignores its own.
+        self.origin = f"{node_id}.{secrets.token_hex(3)}"
+        self._outgoing: list[str] = []
+        self._outgoing_ready = trio.Event()
+        self._jobs_in, self._jobs = trio.open_memory_channel[tuple[Any, ...]](math.inf)
+        self._cursors: OrderedDict[str, _Cursor] = OrderedDict()
+        self._held: dict[str, int] = {}
+        self._fetching: set[str] = set()
+        self._nursery: trio.Nursery | None = None
+        self.listener_pid: int | None = None
+        self.listening = trio.Event()
+        self.notifications_received = 0
+        self.events_relayed = 0
+        self.catchups = 0
+
+    # ------------------------------------------------------------ publishing (hub)
+
+    def messages_committed(self, scope_id: str, seqs: Sequence[int]) -> bool:
+        """Tell the other nodes; True when the hub pushes these to local sessions
+        itself, False when the relay does (after earlier seqs still on their way)."""
+        if not seqs:
+            return True
+        self._notify({"k": "msg", "s": scope_id, "f": min(seqs), "t": max(seqs)})
+        cursor = self._cursor(scope_id, None)
+        if scope_id in self._fetching or cursor.missing(min(seqs) - 1):
+            # Another node's earlier seqs are not delivered here yet (two nodes
+            # wrote the scope): deliver ours after them, read back in order.
+            self._hold(scope_id, max(seqs))
+            self._jobs_in.send_nowait(("flush", scope_id))
+            return False
+        cursor.add(seqs)
+        return True
+
+    def membership(
+        self,
+        scope_id: str,
+        member_id: str,
+        op: str,
+        visibility: str,
+        audience: Collection[str] | None,
+    ) -> None:
+        data: dict[str, Any] = {"k": "mem", "s": scope_id, "m": member_id, "op": op}
+        data["v"] = visibility
+        if audience is not None:
+            data["a"] = sorted(audience)
+        self._notify(data)
+
+    def read_state(self, scope_id: str, member_id: str, last_read_seq: int) -> None:
+        self._notify({"k": "read", "s": scope_id, "m": member_id, "l": last_read_seq})
+
+    def event(
+        self,
+        scope_id: str,
+        payload: bytes,
+        *,
+        audience: Collection[str] | None,
+        readers_of: str | None = None,
+        wakes: Collection[str] = (),
+        daemons: bool = True,
+        seq: int = 1,
+    ) -> None:
+        data: dict[str, Any] = {"k": "ev", "s": scope_id, "e": payload.decode()}
+        if wakes:
+            data["w"] = sorted(wakes)
+        if not daemons:
+            data["d"] = 0
+        if audience is not None:
+            with_audience = {**data, "a": sorted(audience)}
+            if self._fits(with_audience) or readers_of is None:
+                data = with_audience
+        if "a" not in data and readers_of is not None:
+            data["r"] = readers_of
+        if not self._fits(data):
+            log.info("relay_event_oversize", scope_id=scope_id)
+            data = {"k": "inv", "s": scope_id, "q": seq, "why": "relay_oversize"}
+        self._notify(data)
+
+    def _fits(self, data: dict[str, Any]) -> bool:
+        return len(json.dumps({"n": self.origin, **data}).encode()) <= MAX_PAYLOAD
+
+    def _notify(self, data: dict[str, Any]) -> None:
+        if self._nursery is None:
+            return  # a node alone (or not started): nobody to tell
+        self._outgoing.append(json.dumps({"n": self.origin, **data}, separators=(",", ":")))
+        self._outgoing_ready.set()
+
+    # ------------------------------------------------------------ tasks
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._publish_loop)
+            nursery.start_soon(self._process_loop)
+            await nursery.start(self._listen)
+            task_status.started()
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await self._outgoing_ready.wait()
+            self._outgoing_ready = trio.Event()
+            payloads, self._outgoing = self._outgoing, []
+            for attempt in range(NOTIFY_ATTEMPTS):
+                try:
+                    async with self._pool.connection() as conn:
+                        await conn.execute(_NOTIFY, (CHANNEL, payloads))
+                    break
+                except (psycopg.Error, StorageError, OSError) as exc:
+                    # Receivers still catch up: the next notification of the
+                    # scope shows them the hole, which they read after GAP_WAIT.
+                    log.warning("relay_notify_failed", attempt=attempt, error=repr(exc))
+                    await trio.sleep(0.2 * (attempt + 1))
+
+    async def _listen(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        started = False
+        last_alive: datetime | None = None
+        gap_since: datetime | None = None
+        while True:
+            try:
+                conn = await TrioConnection.connect(
+                    self._dsn, autocommit=True, application_name=APPLICATION_NAME
+                )
+                try:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    cur = await conn.execute("SELECT pg_backend_pid(), now()")
+                    row = await cur.fetchone()
+                    assert row is not None
+                    self.listener_pid, last_alive = int(row[0]), row[1]
+                    if gap_since is not None:
+                        # Queued ahead of every notification of this connection.
+                        self._jobs_in.send_nowait(("catchup", gap_since - CATCHUP_MARGIN))
+                        gap_since = None
+                    self.listening.set()
+                    if not started:
+                        started = True
+                        task_status.started()
+                    while True:
+                        last_alive = await self._receive(conn)
+                finally:
+                    self.listener_pid = None
+                    self.listening = trio.Event()
+                    with trio.CancelScope(shield=True):
+                        await conn.close()
+            except (psycopg.Error, StorageError, OSError) as exc:
+                log.warning("relay_listener_failed", error=repr(exc))
+            if gap_since is None and last_alive is not None:
+                gap_since = last_alive
+            if not started:
+                started = True
+                task_status.started()
+            await trio.sleep(RECONNECT_DELAY)
+
+    async def _receive(self, conn: TrioConnection) -> datetime:
+        """Queue notifications for up to HEARTBEAT seconds; the database's time after."""
+        async with aclosing(conn.notifies(timeout=HEARTBEAT)) as notifies:
+            async for notify in notifies:
+                self._jobs_in.send_nowait(("notify", notify.payload))
+        # A probe on the listener itself: a dead connection fails here.
+        cur = await conn.execute("SELECT now()")
+        row = await cur.fetchone()
+        assert row is not None
+        alive: datetime = row[0]
+        return alive
+
+    async def _process_loop(self) -> None:
+        while True:
+            jobs = [await self._jobs.receive()]
+            while True:
+                try:
+                    jobs.append(self._jobs.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            for job in _merge(self._parse(jobs)):
+                try:
+                    await self._handle(job)
+                except (psycopg.Error, StorageError, OSError) as exc:
+                    # The scope's next notification (or the gap timer) reads it again.
+                    log.warning("relay_failed", kind=job[0], error=repr(exc))
+
+    def _parse(self, jobs: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        parsed: list[tuple[Any, ...]] = []
+        for job in jobs:
+            if job[0] != "notify":
+                parsed.append(job)
+                continue
+            self.notifications_received += 1
+            try:
+                data = json.loads(job[1])
+            except ValueError:
+                log.warning("relay_payload_invalid")
+                continue
+            if data.get("n") == self.origin:
+                continue
+            parsed.append((data.get("k"), data))
+        return parsed
+
+    # ------------------------------------------------------------ relaying
+
+    async def _handle(self, job: tuple[Any, ...]) -> None:
+        kind = job[0]
+        if kind == "msg":
+            data = job[1]
+            await self._messages(data["s"], int(data["f"]), int(data["t"]), force=False)
+        elif kind == "flush":
+            await self._messages(job[1], 0, 0, force=True)
+        elif kind == "catchup":
+            await self._catch_up(job[1])
+        elif kind == "mem":
+            await self._membership(job[1])
+        elif kind == "read":
+            data = job[1]
+            payload = encode(ReadStateEvent(scope_id=data["s"], last_read_seq=int(data["l"])))
+            for session in self._hub.sessions_of(data["m"]):
+                session.push(payload)
+        elif kind == "ev":
+            await self._event(job[1])
+        elif kind == "inv":
+            data = job[1]
+            await self._invalidate(data["s"], int(data.get("q", 1)), str(data.get("why")))
+        else:
+            log.warning("relay_kind_unknown", kind=str(kind))
+
+    def _hold(self, scope_id: str, upto: int) -> None:
+        self._held[scope_id] = max(upto, self._held.get(scope_id, 0))
+
+    def _cursor(self, scope_id: str, frontier: int | None) -> _Cursor:
+        cursor = self._cursors.get(scope_id)
+        if cursor is None:
+            cursor = self._cursors[scope_id] = _Cursor(frontier)
+            if len(self._cursors) > CURSORS_KEPT:
+                self._cursors.popitem(last=False)
+        else:
+            self._cursors.move_to_end(scope_id)
+        return cursor
+
+    async def _messages(self, scope_id: str, first: int, last: int, *, force: bool) -> None:
+        cursor = self._cursor(scope_id, first - 1)
+        if first > 0:
+            cursor.start_at(first - 1)
+        upto = max(last, self._held.pop(scope_id, 0))
+        missing = cursor.missing(upto)
+        if not missing:
+            return
+        if not force and missing[0] < first:
+            # A hole below this range: another node's notification may still
+            # be on its way. Hold the range; read the hole if it stays open.
+            if scope_id not in self._held:
+                assert self._nursery is not None
+                self._nursery.start_soon(self._flush_later, scope_id)
+            self._hold(scope_id, upto)
+            return
+        self._fetching.add(scope_id)
+        try:
+            await self._push_range(scope_id, cursor, missing)
+        finally:
+            self._fetching.discard(scope_id)
+
+    async def _flush_later(self, scope_id: str) -> None:
+        await trio.sleep(GAP_WAIT)
+        if scope_id in self._held:
+            self._jobs_in.send_nowait(("flush", scope_id))
+
+    async def _push_range(self, scope_id: str, cursor: _Cursor, seqs: list[int]) -> None:
+        candidates = self._hub.member_ids()
+        if seqs[-1] - seqs[0] >= RANGE_LIMIT:
+            cursor.add(range(seqs[0], seqs[-1] + 1))
+            if candidates:
+                await self._invalidate(scope_id, seqs[0], "relay_gap")
+            return
+        if not candidates:
+            cursor.add(seqs)
+            return
+        async with self._pool.connection() as conn:
+            rows = await relay_sql.readers_in_range(conn, scope_id, seqs[0], seqs[-1], candidates)
+        wanted = set(seqs)
+        batches: dict[LiveSession, list[tuple[int, bytes]]] = {}
+        for row in rows:
+            message = row.message
+            if message.seq not in wanted:
+                continue
+            framed: dict[bool, bytes] = {}
+            recipients = message.metadata.get("recipients") or ()
+            for reader in row.readers:
+                privileged = bool(recipients) and sees_recipients(
+                    reader, message.author.id, recipients
+                )
+                if privileged not in framed:
+                    view = stored_message_view(message, reader if privileged else None)
+                    view.sources = [pending(_view_kind(k)) for k in row.source_kinds]
+                    framed[privileged] = frame(
+                        encode(MessageEvent(scope_id=scope_id, message=view))
+                    )
+                for session in self._hub.sessions_of(reader):
+                    batches.setdefault(session, []).append((message.seq, framed[privileged]))
+        cursor.add(seqs)
+        for session, events in batches.items():
+            session.deliver_events(scope_id, events)
+            self.events_relayed += len(events)
+        self._hub.events_published += sum(len(e) for e in batches.values())
+
+    async def _catch_up(self, cutoff: datetime) -> None:
+        self.catchups += 1
+        if not self._hub.member_ids():
+            return
+        async with self._pool.connection() as conn:
+            active = await relay_sql.active_since(conn, cutoff)
+        log.info("relay_catch_up", scopes=len(active))
+        for scope in active:
+            cursor = self._cursors.get(scope.scope_id)
+            if cursor is None:
+                if scope.first_seq_since is None:
+                    continue
+                cursor = self._cursor(scope.scope_id, scope.first_seq_since - 1)
+            self._held.pop(scope.scope_id, None)
+            missing = cursor.missing(scope.latest_seq)
+            if missing:
+                await self._push_range(scope.scope_id, cursor, missing)
+
+    async def _membership(self, data: dict[str, Any]) -> None:
+        scope_id, member_id, op = data["s"], data["m"], data["op"]
+        if op == "left":
+            self._hub.stop_scope_events(scope_id, member_id)
+        else:
+            self._hub.allow_scope_events(scope_id, member_id)
+        local = self._hub.member_ids()
+        if not local:
+            return
+        if "a" in data:
+            targets = set(data["a"]).intersection(local)
+        else:
+            async with self._pool.connection() as conn:
+                targets = await relay_sql.current_readers(conn, scope_id, local)
+            if member_id in local:
+                targets.add(member_id)
+        payload = encode(
+            MembershipEvent(scope_id=scope_id, member_id=member_id, op=op, visibility=data["v"])
+        )
+        for reader in targets:
+            for session in self._hub.sessions_of(reader):
+                session.push(payload)
+                self.events_relayed += 1
+
+    async def _event(self, data: dict[str, Any]) -> None:
+        scope_id = data["s"]
+        local = self._hub.member_ids()
+        if not local:
+            return
+        if "a" in data:
+            targets = set(data["a"]).intersection(local)
+        else:
+            targets = await self._readers_of(scope_id, str(data.get("r")), local)
+        wakes = set(data.get("w", ()))
+        daemons = bool(data.get("d", 1))
+        payload = str(data["e"]).encode()
+        for reader in targets:
+            woken = reader in wakes
+            for session in self._hub.sessions_of(reader):
+                if (daemons or woken or not session.is_daemon) and not session.is_muted(scope_id):
+                    session.push(payload)
+                    self.events_relayed += 1
+
+    async def _readers_of(self, scope_id: str, message_id: str, local: list[str]) -> set[str]:
+        """Current readers of a message among ``local``; private agents left out,
+        since whose activity they may see depends on who acted (conservative)."""
+        async with self._pool.connection() as conn:
+            found = await relay_sql.message_seq(conn, message_id)
+            if found is None:
+                return set()
+            rows = await relay_sql.readers_in_range(conn, scope_id, found[1], found[1], local)
+        return {
+            reader
+            for row in rows
+            for reader in row.readers
+            if not _is_private_agent(self._hub.sessions_of(reader))
+        }
+
+    async def _invalidate(self, scope_id: str, from_seq: int, reason: str) -> None:
+        local = self._hub.member_ids()
+        async with self._pool.connection() as conn:
+            targets = await relay_sql.current_readers(conn, scope_id, local)
+        payload = encode(InvalidateEvent(scope_id=scope_id, reason=reason, from_seq=from_seq))
+        for reader in targets:
+            for session in self._hub.sessions_of(reader):
+                session.push(payload)
+
+
+def _merge(jobs: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Consecutive message ranges of one scope become one fetch; nothing is
+    reordered across other kinds (a roster change splits the run)."""
+    merged: list[tuple[Any, ...]] = []
+    for job in jobs:
+        if job[0] == "msg" and merged and merged[-1][0] == "msg":
+            prev = merged[-1][1]
+            if prev["s"] == job[1]["s"]:
+                merged[-1] = (
+                    "msg",
+                    {**prev, "f": min(prev["f"], job[1]["f"]), "t": max(prev["t"], job[1]["t"])},
+                )
+                continue
+        merged.append(job)
+    return merged
+
+
+def _view_kind(kind: str) -> str:
+    return VIEW_KIND.get(kind, "context")
+
+
+def _is_private_agent(sessions: Collection[LiveSession]) -> bool:
+    for session in sessions:
+        member = getattr(session, "member", None)
+        return bool(member is not None and member.is_private_agent)
+    return False

@@ -1,0 +1,212 @@
+"""Several nodes on one database: cross-node events (docs/cluster.md).
+
+Sessions are connected to different nodes directly, as a routing proxy
+could never guarantee; what one node commits reaches the others' sessions
+through NOTIFY/LISTEN (``node/relay.py``) exactly once, in seq order, with
+visibility applied there by the one SQL predicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+
+from actors.model import MemberType
+from node import relay
+from node.client import Client, open_client
+from storage import directory
+from storage.pg import connect
+from tests.nodes import Person, RunningNode, World, make_channel, running_node
+
+WAIT = 5.0
+QUIET = 0.5  # long enough for a relayed event that should not come to arrive
+
+
+@asynccontextmanager
+async def nodes(database_url: str, tmp_path: Path, count: int) -> AsyncIterator[list[RunningNode]]:
+    async with AsyncExitStack() as stack:
+        started = []
+        for i in range(count):
+            data_dir = tmp_path / f"n{i}"
+            started.append(
+                await stack.enter_async_context(
+                    running_node(database_url, data_dir, node_id=f"n{i}")
+                )
+            )
+        yield started
+
+
+def connect_to(node: RunningNode, world: World, person: Person, **kwargs: Any) -> Any:
+    return open_client(f"{node.url}?workspace={world.workspace_id}", person.token, **kwargs)
+
+
+async def messages_until(client: Client, scope_id: str, seq: int) -> list[dict[str, Any]]:
+    """The scope's ``message`` events up to ``seq``, in the order they came."""
+    got: list[dict[str, Any]] = []
+    with trio.fail_after(WAIT):
+        while not got or got[-1]["message"]["seq"] < seq:
+            event = await client.next_event()
+            if event["type"] == "message" and event["scopeId"] == scope_id:
+                got.append(event)
+    return got
+
+
+async def event_of(client: Client, type_: str, timeout: float = WAIT) -> dict[str, Any]:
+    with trio.fail_after(timeout):
+        while True:
+            event = await client.next_event()
+            if event["type"] == type_:
+                return event
+
+
+async def membership_of(client: Client, member_id: str) -> list[dict[str, Any]]:
+    """Membership events up to the first about ``member_id``."""
+    return await client.events_until(
+        lambda e: e["type"] == "membership" and e["memberId"] == member_id, WAIT
+    )
+
+
+async def nothing_more(client: Client, scope_id: str) -> None:
+    with trio.move_on_after(QUIET):
+        while True:
+            event = await client.next_event()
+            assert event.get("scopeId") != scope_id or event["type"] not in (
+                "message",
+                "reaction",
+            ), event
+
+
+def seqs(events: list[dict[str, Any]]) -> list[int]:
+    return [e["message"]["seq"] for e in events]
+
+
+async def test_message_membership_read_state_and_reaction_events_cross_nodes_once_in_order(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with nodes(database_url, tmp_path, 3) as (a, b, c):
+        world = await World.create(a)
+        ann = await world.member("ann")
+        bob = await world.member("bob")
+        carl = await world.member("carl")
+        bot = await world.member("annbot", MemberType.AGENT, owner=ann, private=True)
+        async with (
+            connect_to(a, world, ann) as ann_a,
+            connect_to(b, world, ann) as ann_b,
+            connect_to(b, world, bob) as bob_b,
+            connect_to(c, world, carl) as carl_c,
+            connect_to(b, world, bot) as bot_b,
+        ):
+            scope = await make_channel(ann_a, "team", bob_b)
+            await ann_a.request("invite", scopeId=scope, memberId=bot.id, visibility="private")
+            # ann's session on node B hears of annbot, added on node A.
+            await membership_of(ann_b, bot.id)
+            await carl_c.request("join", scopeId=scope)
+            # bob (node B) hears carl join on node C, and never of annbot's
+            # private membership.
+            heard = await membership_of(bob_b, carl.id)
+            assert bot.id not in {e["memberId"] for e in heard}
+
+            sent = []
+            for i in range(4):
+                sent.append(await ann_a.send("#team", f"from ann {i}"))
+                sent.append(await bob_b.send("#team", f"from bob {i}"))
+            sent.append(await carl_c.send("#team", "from carl"))
+            last = max(s["acceptedSeq"] for s in sent)
+            for name, client in (
+                ("ann_a", ann_a),
+                ("ann_b", ann_b),
+                ("bob_b", bob_b),
+                ("carl_c", carl_c),
+            ):
+                got = await messages_until(client, scope, last)
+                assert (name, seqs(got)) == (name, list(range(1, last + 1)))
+            # The private agent reads only its owner's messages (no grant).
+            ann_seqs = [s["acceptedSeq"] for s in sent[0:8:2]]
+            got = await messages_until(bot_b, scope, ann_seqs[-1])
+            assert seqs(got) == ann_seqs
+            assert {e["message"]["author"]["memberId"] for e in got} == {ann.id}
+            await nothing_more(bot_b, scope)
+
+            # readState reaches the member's session on another node.
+            await ann_a.request("markRead", scopeId=scope, seq=last)
+            state = await event_of(ann_b, "readState")
+            assert state == {"type": "readState", "scopeId": scope, "lastReadSeq": last}
+
+            # A reaction made on node A reaches readers on B and C.
+            await ann_a.react(sent[1]["messageId"], "👍")
+            for client in (bob_b, carl_c):
+                reaction = await event_of(client, "reaction")
+                assert reaction["messageId"] == sent[1]["messageId"]
+                assert reaction["memberId"] == ann.id
+
+            # bob is removed on node A: his session on B hears it, then nothing more.
+            await ann_a.remove(scope, bob.id)
+            left = await event_of(bob_b, "membership")
+            assert (left["memberId"], left["op"]) == (bob.id, "left")
+            after = await ann_a.send("#team", "bob is gone")
+            got = await messages_until(carl_c, scope, after["acceptedSeq"])
+            assert seqs(got)[-1] == after["acceptedSeq"]
+            await nothing_more(bob_b, scope)
+        assert b.services.hub.relay is not None
+        relay_b = b.services.hub.relay
+        assert isinstance(relay_b, relay.ClusterRelay)
+        assert relay_b.events_relayed > 0
+
+
+async def test_a_killed_listener_catches_up_from_the_database(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Long enough that every send below commits while node B is not listening.
+    monkeypatch.setattr(relay, "RECONNECT_DELAY", 1.5)
+    async with nodes(database_url, tmp_path, 2) as (a, b):
+        world = await World.create(a)
+        ann = await world.member("ann")
+        bob = await world.member("bob")
+        async with connect_to(a, world, ann) as ann_a, connect_to(b, world, bob) as bob_b:
+            scope = await make_channel(ann_a, "ops", bob_b)
+            first = await ann_a.send("#ops", "before")
+            assert seqs(await messages_until(bob_b, scope, first["acceptedSeq"])) == [1]
+            relay_b = b.services.hub.relay
+            assert isinstance(relay_b, relay.ClusterRelay)
+            pid = relay_b.listener_pid
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                found = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND pid = %s",
+                    (relay.APPLICATION_NAME, pid),
+                ).fetchone()
+                assert found is not None
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            with trio.fail_after(WAIT):
+                while relay_b.listener_pid == pid:
+                    await trio.sleep(0.01)
+            catchups = relay_b.catchups
+            missed = [await ann_a.send("#ops", f"during the gap {i}") for i in range(5)]
+            last = missed[-1]["acceptedSeq"]
+            got = await messages_until(bob_b, scope, last)
+            assert seqs(got) == list(range(2, last + 1))
+            assert relay_b.catchups == catchups + 1
+            assert relay_b.listener_pid not in (None, pid)
+            # And live relaying goes on after the catch-up, without duplicates.
+            later = await ann_a.send("#ops", "after")
+            assert seqs(await messages_until(bob_b, scope, later["acceptedSeq"])) == [last + 1]
+
+
+async def test_a_revoked_tokens_sessions_close_on_every_node_within_a_second(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with nodes(database_url, tmp_path, 2) as (a, b):
+        world = await World.create(a)
+        ann = await world.member("ann")
+        async with connect_to(a, world, ann) as on_a, connect_to(b, world, ann) as on_b:
+            async with await connect(database_url, autocommit=True) as conn:
+                assert await directory.revoke_token(conn, ann.token)
+            revoked_at = trio.current_time()
+            assert await on_a.wait_closed(1.0) == 4401
+            assert await on_b.wait_closed(1.0) == 4401
+            assert trio.current_time() - revoked_at < 1.0
