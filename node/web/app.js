@@ -44,7 +44,18 @@ const state = {
   outbox: loadJson(STORAGE_OUTBOX, []), // queued sends, resent with the same clientMessageId
   flushing: false,
   unsupported: new Set(), // ops this node answered as unknown
+  owners: new Map(), // channel scopeId -> channelOwnerId (from `members`)
+  pickerFor: null, // "<where>:<messageId>" whose emoji picker is open
+  editing: null, // {key, messageId, draft, error, saving}
+  sources: new Map(), // cited messageId -> {status: "loading" | "ok" | "gone", message}
+  resolving: new Set(), // message ids whose pending sources are being read
+  blobs: new Map(), // attachment id -> Promise of a blob: URL (fetched with the bearer token)
+  blobUrls: new Map(), // attachment id -> blob: URL once fetched
+  composers: { main: { quote: null, uploads: [] }, thread: { quote: null, uploads: [] } },
 };
+
+const COMMON_EMOJI = ["👍", "❤️", "😂", "🎉", "🙏", "👀", "✅", "🚀"];
+const PREVIEW_TYPES = /^image\/(png|jpeg|gif|webp|avif|bmp)$/i;
 
 function loadJson(key, fallback) {
   try {
@@ -107,7 +118,19 @@ const ERROR_WORDS = {
   disconnected: "Not connected.",
   validation_failed: "That was not accepted.",
   invalid_target: "That conversation cannot be found.",
+  conflict: "The message changed meanwhile — reload it and try again.",
+  search_unavailable: "Search is not ready yet.",
+  unsupported: "This node does not support that yet.",
 };
+
+function moderationWords(err) {
+  const matched = (err?.details?.matched || []).map((word) => `“${word}”`).join(", ");
+  return (
+    "Not sent: this workspace does not allow " +
+    (matched ? `the words ${matched}` : "some of these words") +
+    ". Your text is kept — change it and send again."
+  );
+}
 
 function describeError(err) {
   if (!err) return "unknown error";
@@ -483,6 +506,23 @@ function request(type, fields = {}) {
   });
 }
 
+function supports(op) {
+  return !state.unsupported.has(op);
+}
+
+function markUnsupported(op) {
+  if (state.unsupported.has(op)) return;
+  state.unsupported.add(op);
+  for (const [id, waiter] of state.pending) {
+    if (waiter.op !== op) continue;
+    state.pending.delete(id);
+    waiter.reject({ code: "unsupported", message: `${op} is not supported by this node`, retryable: false });
+  }
+  if (op === "search") show($("search-form"), false);
+  show($("attach-button"), supports("attachments"));
+  rerender();
+}
+
 function isUnknownOp(err) {
   return (
     err &&
@@ -498,7 +538,13 @@ function dispatch(frame) {
     case "error": {
       const waiter = frame.id === null || frame.id === undefined ? null : state.pending.get(frame.id);
       if (!waiter) {
-        if (frame.type === "error") console.warn("server error", frame);
+        if (frame.type === "error") {
+          // A node older than this client answers an op it does not know with an
+          // id-less bad_frame naming the type: hide that control from now on.
+          const unknown = /unknown frame type '([A-Za-z]+)'/.exec(frame.message || "");
+          if (frame.code === "bad_frame" && unknown) markUnsupported(unknown[1]);
+          else console.warn("server error", frame);
+        }
         return;
       }
       state.pending.delete(frame.id);
@@ -523,6 +569,12 @@ function dispatch(frame) {
       return onInvalidate(frame);
     case "threadUpdated":
       return onThreadUpdated(frame);
+    case "reaction":
+      return onReaction(frame);
+    case "messageUpdated":
+      return onMessageUpdated(frame);
+    case "messageDeleted":
+      return onMessageDeleted(frame);
     default:
       return; // additive protocol: ignore unknown event types
   }
@@ -754,6 +806,7 @@ async function openScope(scopeId) {
   setComposerEnabled(true);
   setText($("composer-note"), "");
   if (state.panel?.kind === "members") openMembers();
+  if (scope?.type === "channel") loadOwner(scopeId);
   renderScopes();
   renderTimeline({ stick: true });
   await loadHistory(scopeId, null);
@@ -812,16 +865,60 @@ function messageNode(message, { inThread = false, grouped = false } = {}) {
   const author = message.author || {};
   const mine = state.me && author.memberId === state.me.id;
   const scope = state.scopes.get(message.scopeId);
-  const canThread = !inThread && scope && scope.type === "channel" && message.messageType !== "system";
+  const live = !message.deleted && message.messageType !== "system";
+  const canThread = !inThread && scope && scope.type === "channel" && live;
   const count = inThread ? 0 : replyCount(message);
   const threadScope = message.thread?.scopeId || threadScopeOfRoot(message.id);
   const threadUnread = threadScope ? state.scopes.get(threadScope)?.unread || 0 : 0;
   const authorName = personName({ displayName: author.displayName, handle: author.handle, id: author.memberId }) || "?";
   const headId = `h-${inThread ? "t" : "m"}-${message.id}`;
+  const key = `${inThread ? "t" : "m"}:${message.id}`;
+  const editing = state.editing?.key === key ? state.editing : null;
   const classes = ["msg"];
   if (mine) classes.push("mine");
   if (grouped) classes.push("grouped");
-  if (mentionsMe(message) && !mine) classes.push("mentions-me");
+  if (message.deleted) classes.push("deleted");
+  if (mentionsMe(message) && !mine && !message.deleted) classes.push("mentions-me");
+  const actions = [];
+  if (live && !editing) {
+    if (canThread) {
+      actions.push(el("button", { type: "button", class: "link", onclick: () => openThread(message) }, "Reply in thread"));
+    }
+    if (supports("react")) {
+      actions.push(
+        el(
+          "button",
+          {
+            type: "button",
+            class: "link",
+            "aria-expanded": state.pickerFor === key ? "true" : "false",
+            onclick: () => togglePicker(key),
+          },
+          "Add reaction",
+        ),
+      );
+    }
+    actions.push(el("button", { type: "button", class: "link", onclick: () => startQuote(message, inThread) }, "Quote"));
+    actions.push(el("button", { type: "button", class: "link", onclick: () => openForward(message) }, "Forward"));
+    if (mine && message.messageType === "text" && supports("edit")) {
+      actions.push(el("button", { type: "button", class: "link", onclick: () => startEdit(key, message) }, "Edit"));
+    }
+    if ((mine || (state.me && channelOwnerOf(message.scopeId) === state.me.id)) && supports("delete")) {
+      actions.push(el("button", { type: "button", class: "link", onclick: () => deleteMessage(message) }, "Delete"));
+    }
+  }
+  let body;
+  if (message.deleted) body = el("p", { class: "tombstone" }, "message deleted");
+  else if (editing) body = editForm(editing, message);
+  else
+    body = el(
+      "div",
+      { class: "content" },
+      renderMarkdown(message.content ?? "", message),
+      message.editedAt || message.revision
+        ? el("span", { class: "edited muted small", title: message.editedAt ? `edited ${message.editedAt}` : null }, "(edited)")
+        : null,
+    );
   return el(
     "article",
     {
@@ -839,10 +936,11 @@ function messageNode(message, { inThread = false, grouped = false } = {}) {
       author.type && author.type !== "human" ? el("span", { class: "tag" }, author.type) : null,
       el("time", { datetime: message.createdAt, title: message.createdAt }, formatTime(message.createdAt)),
     ),
-    el("div", { class: "content" }, renderMarkdown(message.content ?? "", message)),
-    message.attachments?.length
-      ? el("div", { class: "muted small" }, `${message.attachments.length} attachment(s)`)
-      : null,
+    message.deleted ? null : sourcesNode(message),
+    body,
+    message.deleted ? null : attachmentsNode(message),
+    message.deleted ? null : reactionsNode(message),
+    live && state.pickerFor === key ? pickerNode(message) : null,
     count
       ? el(
           "button",
@@ -861,15 +959,828 @@ function messageNode(message, { inThread = false, grouped = false } = {}) {
             : null,
         )
       : null,
-    // Reactions, edit and delete are not offered: this node does not support them yet.
-    canThread
-      ? el(
-          "div",
-          { class: "actions" },
-          el("button", { type: "button", class: "link", onclick: () => openThread(message) }, "Reply in thread"),
-        )
+    actions.length ? el("div", { class: "actions" }, actions) : null,
+  );
+}
+
+// ---------------------------------------------------------------- reactions
+
+function rerender() {
+  if (state.view) renderTimeline({});
+  if (state.panel?.kind === "thread") renderThread({});
+}
+
+function copiesOf(messageId) {
+  // Every copy of a message the views hold (the timeline, the thread panel, its root).
+  const out = [];
+  if (state.view) for (const m of state.view.messages.values()) if (m.id === messageId) out.push(m);
+  if (state.panel?.kind === "thread") {
+    for (const m of state.panel.messages.values()) if (m.id === messageId) out.push(m);
+    if (state.panel.root?.id === messageId) out.push(state.panel.root);
+  }
+  return out;
+}
+
+function applyReaction(message, memberId, emoji, op) {
+  const list = (message.reactions ||= []);
+  let entry = list.find((r) => r.emoji === emoji);
+  if (op === "add") {
+    if (!entry) {
+      entry = { emoji, count: 0, memberIds: [] };
+      list.push(entry);
+    }
+    entry.memberIds ||= [];
+    if (entry.memberIds.includes(memberId)) return;
+    entry.count += 1;
+    if (entry.memberIds.length < 20 || memberId === state.me?.id) entry.memberIds.push(memberId);
+    return;
+  }
+  if (!entry) return;
+  const at = (entry.memberIds || []).indexOf(memberId);
+  if (at >= 0) entry.memberIds.splice(at, 1);
+  else if (entry.count <= (entry.memberIds || []).length) return; // not there: nothing to undo
+  entry.count -= 1;
+  if (entry.count <= 0) list.splice(list.indexOf(entry), 1);
+}
+
+function onReaction(frame) {
+  for (const message of copiesOf(frame.messageId)) applyReaction(message, frame.memberId, frame.emoji, frame.op);
+  rerender();
+}
+
+async function react(message, emoji, op = null) {
+  const mine = (message.reactions || []).find((r) => r.emoji === emoji)?.memberIds?.includes(state.me?.id);
+  const change = op || (mine ? "remove" : "add");
+  state.pickerFor = null;
+  try {
+    const result = await request("react", { messageId: message.id, emoji, op: change });
+    if (result.changed !== false) {
+      for (const copy of copiesOf(message.id)) applyReaction(copy, state.me.id, emoji, change);
+    }
+  } catch (err) {
+    if (err.code !== "unsupported") noteError(describeError(err));
+  }
+  rerender();
+}
+
+function togglePicker(key) {
+  state.pickerFor = state.pickerFor === key ? null : key;
+  rerender();
+  if (state.pickerFor) document.querySelector(".picker button")?.focus();
+}
+
+function reactionsNode(message) {
+  const list = (message.reactions || []).filter((r) => r.count > 0);
+  if (!list.length) return null;
+  return el(
+    "div",
+    { class: "reactions", role: "group", "aria-label": "Reactions" },
+    list.map((r) => {
+      const mine = (r.memberIds || []).includes(state.me?.id);
+      const who = (r.memberIds || []).map((id) => (id === state.me?.id ? "you" : personName(state.people.get(id)) || "someone"));
+      return el(
+        "button",
+        {
+          type: "button",
+          class: "reaction",
+          "aria-pressed": mine ? "true" : "false",
+          title: `${who.join(", ")}${r.count > who.length ? ` and ${r.count - who.length} more` : ""} reacted with ${r.emoji}`,
+          disabled: !supports("react"),
+          onclick: () => react(message, r.emoji),
+        },
+        `${r.emoji} ${r.count}`,
+      );
+    }),
+  );
+}
+
+function pickerNode(message) {
+  return el(
+    "div",
+    {
+      class: "picker",
+      role: "group",
+      "aria-label": "Pick a reaction",
+      onkeydown: (event) => {
+        if (event.key === "Escape") {
+          event.stopPropagation();
+          state.pickerFor = null;
+          rerender();
+        }
+      },
+    },
+    COMMON_EMOJI.map((emoji) =>
+      el("button", { type: "button", "aria-label": `React with ${emoji}`, onclick: () => react(message, emoji, "add") }, emoji),
+    ),
+  );
+}
+
+function noteError(text) {
+  setText($("composer-note"), text);
+  $("composer-note").className = "note error";
+}
+
+// ---------------------------------------------------------------- edit and delete
+
+function channelOwnerOf(scopeId) {
+  const scope = state.scopes.get(scopeId);
+  const parent =
+    state.threads[scopeId]?.parentId ||
+    (state.panel?.kind === "thread" && state.panel.scopeId === scopeId ? state.panel.root?.scopeId : null);
+  if (scope?.type === "thread" || (!scope && parent)) return state.owners.get(parent) || null;
+  return state.owners.get(scopeId) || null;
+}
+
+async function loadOwner(scopeId) {
+  const scope = state.scopes.get(scopeId);
+  if (!scopeId || state.owners.has(scopeId) || (scope && scope.type !== "channel")) return;
+  state.owners.set(scopeId, null);
+  try {
+    const { members, channelOwnerId } = await request("members", { scopeId });
+    state.owners.set(scopeId, channelOwnerId || null);
+    for (const m of members || []) if (!state.people.has(m.id)) state.people.set(m.id, m);
+    if (channelOwnerId === state.me?.id) rerender();
+  } catch {
+    state.owners.delete(scopeId);
+  }
+}
+
+function startEdit(key, message) {
+  state.pickerFor = null;
+  state.editing = { key, messageId: message.id, draft: message.content || "", error: "", saving: false };
+  rerender();
+  focusEditor();
+}
+
+function focusEditor() {
+  const box = document.querySelector(".edit-form textarea");
+  if (!box) return;
+  box.focus();
+  box.setSelectionRange(box.value.length, box.value.length);
+}
+
+function cancelEdit() {
+  state.editing = null;
+  rerender();
+}
+
+function editForm(editing, message) {
+  const id = "edit-" + editing.key.replace(/[^A-Za-z0-9_-]/g, "-");
+  return el(
+    "form",
+    {
+      class: "edit-form",
+      onsubmit: (event) => {
+        event.preventDefault();
+        saveEdit(message);
+      },
+    },
+    el("label", { for: id, class: "sr-only" }, "Edit message"),
+    el(
+      "textarea",
+      {
+        id,
+        rows: 3,
+        oninput: (event) => {
+          editing.draft = event.target.value;
+        },
+        onkeydown: (event) => {
+          if (event.key === "Escape") {
+            event.stopPropagation();
+            cancelEdit();
+          } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+            event.preventDefault();
+            saveEdit(message);
+          }
+        },
+      },
+      editing.draft,
+    ),
+    el(
+      "div",
+      { class: "edit-buttons" },
+      el("button", { type: "submit", class: "primary", disabled: editing.saving }, "Save"),
+      el("button", { type: "button", onclick: cancelEdit }, "Cancel"),
+    ),
+    editing.error ? el("p", { class: "error", role: "alert" }, editing.error) : null,
+  );
+}
+
+async function saveEdit(message) {
+  const editing = state.editing;
+  if (!editing || editing.saving) return;
+  const content = editing.draft;
+  if (!content.trim()) {
+    editing.error = "A message needs text — delete it instead.";
+    rerender();
+    focusEditor();
+    return;
+  }
+  if (content === message.content) return cancelEdit();
+  editing.saving = true;
+  editing.error = "";
+  rerender();
+  try {
+    const result = await request("edit", { messageId: message.id, content, revision: message.revision ?? 0 });
+    for (const copy of copiesOf(message.id)) {
+      copy.content = content;
+      copy.revision = result.revision ?? (copy.revision || 0) + 1;
+      copy.editedAt = result.editedAt || new Date().toISOString();
+    }
+    if (state.editing === editing) state.editing = null;
+    rerender();
+    return;
+  } catch (err) {
+    editing.saving = false;
+    if (err.code === "moderation_blocked") editing.error = moderationWords(err).replace("Not sent", "Not saved");
+    else editing.error = describeError(err);
+  }
+  rerender();
+  if (state.editing === editing) focusEditor();
+}
+
+function onMessageUpdated(frame) {
+  const fresh = frame.message;
+  if (!fresh) return;
+  for (const copy of copiesOf(fresh.id)) {
+    if ((copy.revision || 0) > (fresh.revision || 0)) continue; // an older projection
+    const pendingSources = (fresh.sources || []).some((src) => src.pending);
+    Object.assign(copy, fresh, pendingSources ? { sources: copy.sources } : {});
+  }
+  rerender();
+}
+
+function tombstone(message) {
+  Object.assign(message, { deleted: true, content: "", attachments: [], reactions: [], sources: [], mentions: [] });
+}
+
+function onMessageDeleted(frame) {
+  for (const copy of copiesOf(frame.messageId)) tombstone(copy);
+  if (state.editing?.messageId === frame.messageId) state.editing = null;
+  state.sources.set(frame.messageId, { status: "gone" });
+  rerender();
+}
+
+function confirmDialog(title, text, yes) {
+  const dialog = $("confirm-dialog");
+  $("confirm-title").textContent = title;
+  $("confirm-text").textContent = text;
+  $("confirm-yes").textContent = yes;
+  return new Promise((resolve) => {
+    const answer = (value) => {
+      dialog.removeEventListener("close", onClose);
+      for (const button of dialog.querySelectorAll("[data-answer]")) button.onclick = null;
+      if (dialog.open) dialog.close();
+      resolve(value);
+    };
+    const onClose = () => answer(false);
+    dialog.addEventListener("close", onClose);
+    for (const button of dialog.querySelectorAll("[data-answer]")) {
+      button.onclick = () => answer(button.dataset.answer === "yes");
+    }
+    dialog.showModal();
+    dialog.querySelector("[data-answer=no]").focus();
+  });
+}
+
+async function deleteMessage(message) {
+  const excerpt = (message.content || "").replace(/\s+/g, " ").slice(0, 120);
+  const theirs = message.author?.memberId !== state.me?.id;
+  const ok = await confirmDialog(
+    "Delete this message?",
+    `${theirs ? `It was written by ${message.author?.displayName || "someone else"}. ` : ""}Everyone will see “message deleted” instead of: ${excerpt}`,
+    "Delete message",
+  );
+  if (!ok) return;
+  try {
+    await request("delete", { messageId: message.id });
+    for (const copy of copiesOf(message.id)) tombstone(copy);
+    rerender();
+  } catch (err) {
+    noteError(describeError(err));
+  }
+}
+
+// ---------------------------------------------------------------- sources (quotes and forwards)
+
+function sourceWord(kind) {
+  return kind === "quote" ? "Quoted" : kind === "context" ? "Context" : "Forwarded";
+}
+
+function sourcesNode(message) {
+  const list = message.sources || [];
+  if (!list.length) return null;
+  if (list.some((src) => src.pending)) resolvePending(message);
+  return list.map((src) => sourceNode(src));
+}
+
+function sourceNode(src) {
+  const word = sourceWord(src.kind);
+  const placeholder = (text) => el("blockquote", { class: "source pending", "aria-label": `${word} message` }, text);
+  if (src.unavailable) {
+    return el(
+      "blockquote",
+      { class: "source unavailable", "aria-label": `${word} message` },
+      `${word} message unavailable — you cannot read it`,
+    );
+  }
+  if (src.pending || !src.messageId) return placeholder(src.kind === "quote" ? "quoted message" : `${word.toLowerCase()} message`);
+  const known = state.sources.get(src.messageId);
+  if (!known) loadSource(src);
+  if (!known || known.status !== "ok") return placeholder(src.kind === "quote" ? "quoted message" : `${word.toLowerCase()} message`);
+  const cited = known.message;
+  const author = cited.author || {};
+  const name = personName({ displayName: author.displayName, handle: author.handle, id: author.memberId }) || "?";
+  const where = state.scopes.get(cited.scopeId) || (state.threads[cited.scopeId] ? { type: "thread", id: cited.scopeId } : null);
+  return el(
+    "blockquote",
+    { class: "source", "aria-label": `${word} message from ${name}` },
+    el(
+      "div",
+      { class: "source-head" },
+      src.kind === "quote" ? null : el("span", {}, where ? `${word} from ${scopeLabel(where)}` : word),
+      el("span", { class: "author" }, name),
+      el("time", { datetime: cited.createdAt }, formatTime(cited.createdAt)),
+      el("button", { type: "button", class: "link small", onclick: () => openAt(cited.scopeId, cited.seq, cited.id) }, "View"),
+    ),
+    cited.deleted
+      ? el("p", { class: "tombstone" }, "message deleted")
+      : el("div", { class: "content" }, renderMarkdown(cited.content || "", null)),
+    cited.attachments?.length && !cited.deleted
+      ? el("div", { class: "muted small" }, cited.attachments.map((a) => a.name).join(", "))
       : null,
   );
+}
+
+async function loadSource(src) {
+  state.sources.set(src.messageId, { status: "loading" });
+  try {
+    const page = await request("history", { target: "scope:" + src.scopeId, beforeSeq: src.seq + 1, limit: 3 });
+    const found = page.messages.find((m) => m.id === src.messageId);
+    state.sources.set(src.messageId, found ? { status: "ok", message: found } : { status: "gone" });
+  } catch (err) {
+    if (err.code === "disconnected") state.sources.delete(src.messageId);
+    else state.sources.set(src.messageId, { status: "gone" });
+  }
+  rerender();
+}
+
+async function resolvePending(message) {
+  // Live events carry sources as pending: read the message itself to learn them.
+  if (state.resolving.has(message.id)) return;
+  state.resolving.add(message.id);
+  let sources = null;
+  try {
+    const page = await request("history", { target: "scope:" + message.scopeId, beforeSeq: message.seq + 1, limit: 3 });
+    const stored = page.messages.find((m) => m.id === message.id);
+    if (stored && !(stored.sources || []).some((src) => src.pending)) sources = stored.sources || [];
+  } catch {
+    sources = null;
+  }
+  // Unresolvable: keep the words "quoted message" rather than retrying forever.
+  const settled = sources || (message.sources || []).map((src) => ({ messageId: null, kind: src.kind }));
+  for (const copy of copiesOf(message.id)) copy.sources = settled;
+  rerender();
+}
+
+function startQuote(message, inThread) {
+  const which = inThread && state.panel?.kind === "thread" ? "thread" : "main";
+  state.composers[which].quote = message;
+  renderExtras(which);
+  $(which === "main" ? "composer-input" : "thread-input").focus();
+}
+
+function openForward(message) {
+  const dialog = openDialog("forward-dialog");
+  $("forward-comment").value = "";
+  const author = message.author || {};
+  $("forward-preview").replaceChildren(
+    el(
+      "blockquote",
+      { class: "source" },
+      el("div", { class: "source-head" }, el("span", { class: "author" }, author.displayName || author.handle || "?")),
+      el("div", { class: "content" }, renderMarkdown(message.content || "", null)),
+    ),
+  );
+  const scopes = [...state.scopes.values()]
+    .filter((scope) => scope.type !== "thread" || state.threads[scope.id])
+    .sort((a, b) => scopeLabel(a).localeCompare(scopeLabel(b)));
+  const list = el("ul", { class: "browse-list" });
+  for (const scope of scopes) {
+    const label = scopeLabel(scope);
+    list.append(
+      el(
+        "li",
+        {},
+        el("span", { class: "author" }, label),
+        el(
+          "button",
+          {
+            type: "button",
+            "aria-label": `Forward to ${label}`,
+            onclick: () => {
+              const comment = $("forward-comment").value;
+              enqueue("scope:" + scope.id, scope.id, comment, {
+                forward: { mode: "single", sources: [{ messageId: message.id }] },
+              });
+              dialog.close();
+              if (scope.type === "thread") openThreadScope(scope.id);
+              else openScope(scope.id);
+            },
+          },
+          "Forward",
+        ),
+      ),
+    );
+  }
+  $("forward-body").replaceChildren(scopes.length ? list : el("p", { class: "muted" }, "No conversations."));
+}
+
+// ---------------------------------------------------------------- attachments
+
+function formatSize(bytes) {
+  if (typeof bytes !== "number") return "";
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+  return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+}
+
+function blobUrl(attachment) {
+  // <img> and <a> cannot send the bearer token: fetch the bytes, hand out a blob: URL.
+  if (!state.blobs.has(attachment.id)) {
+    const url = attachment.url || `/v1/attachments/${encodeURIComponent(attachment.id)}`;
+    const loading = fetch(url, { headers: { Authorization: "Bearer " + state.token }, cache: "no-store" })
+      .then((response) => {
+        if (!response.ok) throw new Error(response.status === 404 ? "the file is gone" : `download failed (${response.status})`);
+        return response.blob();
+      })
+      .then((blob) => {
+        const href = URL.createObjectURL(blob);
+        state.blobUrls.set(attachment.id, href);
+        return href;
+      })
+      .catch((err) => {
+        state.blobs.delete(attachment.id);
+        throw err;
+      });
+    state.blobs.set(attachment.id, loading);
+  }
+  return state.blobs.get(attachment.id);
+}
+
+async function downloadAttachment(attachment, event) {
+  event.preventDefault();
+  try {
+    const href = await blobUrl(attachment);
+    const link = el("a", { href, download: attachment.name || "file", hidden: true });
+    document.body.append(link);
+    link.click();
+    link.remove();
+  } catch (err) {
+    noteError(`Could not download ${attachment.name}: ${err.message || err}`);
+  }
+}
+
+function attachmentsNode(message) {
+  const list = message.attachments || [];
+  if (!list.length) return null;
+  return el(
+    "div",
+    { class: "attachments", role: "group", "aria-label": "Attachments" },
+    list.map((attachment) => {
+      let preview = null;
+      if (PREVIEW_TYPES.test(attachment.contentType || "")) {
+        preview = el("img", { class: "preview", alt: attachment.name || "image", width: 288, height: 192 });
+        const ready = state.blobUrls.get(attachment.id);
+        if (ready) preview.src = ready;
+        else {
+          const img = preview;
+          blobUrl(attachment).then(
+            (href) => {
+              img.src = href;
+            },
+            () => {
+              img.alt = `${attachment.name} (preview unavailable)`;
+            },
+          );
+        }
+      }
+      return el(
+        "div",
+        { class: "attachment" },
+        preview,
+        el(
+          "span",
+          { class: "file" },
+          el(
+            "a",
+            { href: attachment.url || "#", onclick: (event) => downloadAttachment(attachment, event) },
+            `Download ${attachment.name}`,
+          ),
+          el("span", { class: "muted small" }, formatSize(attachment.size)),
+        ),
+      );
+    }),
+  );
+}
+
+function uploadFiles(which, files) {
+  const composer = state.composers[which];
+  for (const file of files) {
+    const upload = { key: randomId(), name: file.name || "file", size: file.size, progress: 0, attachmentId: null, error: "", xhr: null };
+    composer.uploads.push(upload);
+    const xhr = new XMLHttpRequest();
+    upload.xhr = xhr;
+    xhr.open("POST", "/v1/attachments?name=" + encodeURIComponent(upload.name));
+    xhr.setRequestHeader("Authorization", "Bearer " + state.token);
+    xhr.setRequestHeader("Content-Type", file.type || "application/octet-stream");
+    xhr.upload.addEventListener("progress", (event) => {
+      if (!event.lengthComputable) return;
+      upload.progress = event.loaded / event.total;
+      renderExtras(which);
+    });
+    xhr.addEventListener("load", () => {
+      let body = {};
+      try {
+        body = JSON.parse(xhr.responseText || "{}");
+      } catch {
+        body = {};
+      }
+      if (xhr.status === 200 || xhr.status === 201) {
+        upload.attachmentId = body.attachmentId;
+        upload.progress = 1;
+      } else if (xhr.status === 413) upload.error = "too large";
+      else upload.error = body.message || `upload failed (${xhr.status})`;
+      upload.xhr = null;
+      renderExtras(which);
+    });
+    xhr.addEventListener("error", () => {
+      upload.error = "upload failed";
+      upload.xhr = null;
+      renderExtras(which);
+    });
+    xhr.send(file);
+  }
+  renderExtras(which);
+}
+
+function removeUpload(which, upload) {
+  upload.xhr?.abort();
+  const composer = state.composers[which];
+  composer.uploads = composer.uploads.filter((other) => other !== upload);
+  renderExtras(which);
+}
+
+function renderExtras(which) {
+  const composer = state.composers[which];
+  const box = $(which === "main" ? "composer-extras" : "thread-extras");
+  const chips = [];
+  if (composer.quote) {
+    const quoted = composer.quote;
+    chips.push(
+      el(
+        "div",
+        { class: "chip quote", role: "group", "aria-label": "Quoting" },
+        el("span", { class: "excerpt" }, `Quoting ${quoted.author?.displayName || quoted.author?.handle || "?"}: ${(quoted.content || "").replace(/\s+/g, " ").slice(0, 80)}`),
+        el(
+          "button",
+          {
+            type: "button",
+            class: "link",
+            "aria-label": "Cancel quote",
+            onclick: () => {
+              composer.quote = null;
+              renderExtras(which);
+            },
+          },
+          "✕",
+        ),
+      ),
+    );
+  }
+  for (const upload of composer.uploads) {
+    const percent = Math.round(upload.progress * 100);
+    chips.push(
+      el(
+        "div",
+        { class: "chip upload" + (upload.error ? " failed" : "") },
+        el("span", { class: "excerpt" }, upload.name),
+        upload.error
+          ? el("span", {}, upload.error)
+          : upload.attachmentId
+            ? el("span", { class: "muted small" }, `${formatSize(upload.size)} · ready`)
+            : [
+                el("progress", { max: 100, value: percent, "aria-label": `Uploading ${upload.name}` }),
+                el("span", { class: "muted small" }, `${percent}%`),
+              ],
+        el(
+          "button",
+          { type: "button", class: "link", "aria-label": `Remove ${upload.name}`, onclick: () => removeUpload(which, upload) },
+          "✕",
+        ),
+      ),
+    );
+  }
+  box.replaceChildren(...chips);
+  show(box, chips.length > 0);
+}
+
+function takeComposer(which) {
+  // What a send carries besides its text; null while an upload is still running.
+  const composer = state.composers[which];
+  if (composer.uploads.some((u) => !u.attachmentId && !u.error)) return null;
+  const extra = {};
+  const ready = composer.uploads.filter((u) => u.attachmentId);
+  if (ready.length) {
+    extra.attachmentIds = ready.map((u) => u.attachmentId);
+    extra.uploads = ready.map((u) => ({ name: u.name, size: u.size, attachmentId: u.attachmentId }));
+  }
+  if (composer.quote) extra.forward = { mode: "quote", sources: [{ messageId: composer.quote.id }] };
+  return extra;
+}
+
+function clearComposer(which) {
+  state.composers[which] = { quote: null, uploads: [] };
+  renderExtras(which);
+}
+
+function wireDropZone(zone, which) {
+  const hint = $("drop-hint");
+  const hasFiles = (event) => [...(event.dataTransfer?.types || [])].includes("Files");
+  zone.addEventListener("dragover", (event) => {
+    if (!hasFiles(event) || (which === "main" && !state.current)) return;
+    event.preventDefault();
+    if (which === "main") show(hint, true);
+  });
+  zone.addEventListener("dragleave", (event) => {
+    if (!zone.contains(event.relatedTarget)) show(hint, false);
+  });
+  zone.addEventListener("drop", (event) => {
+    show(hint, false);
+    if (!hasFiles(event)) return;
+    event.preventDefault();
+    event.stopPropagation();
+    if (which === "main" && !state.current) return;
+    uploadFiles(which, event.dataTransfer.files);
+  });
+}
+
+// ---------------------------------------------------------------- search
+
+function focusSearch(event) {
+  const typing = event.target.closest?.("input, textarea, select, [contenteditable]");
+  const ctrlK = (event.ctrlKey || event.metaKey) && event.key.toLowerCase() === "k";
+  if (!ctrlK && !(event.key === "/" && !typing && !event.ctrlKey && !event.metaKey && !event.altKey)) return;
+  if (!supports("search") || $("app-view").hidden) return;
+  event.preventDefault();
+  $("search-input").focus();
+  $("search-input").select();
+}
+
+async function runSearch(query, more = false) {
+  let panel = state.panel;
+  if (!more || panel?.kind !== "search") {
+    panel = { kind: "search", query, hits: [], nextCursor: null, hasMore: false, loading: true, error: "" };
+    state.panel = panel;
+    $("members-button").setAttribute("aria-expanded", "false");
+    openPanel("Search");
+    show($("thread-composer"), false);
+  }
+  panel.loading = true;
+  renderSearch();
+  try {
+    const fields = { query, limit: 20 };
+    if (more && panel.nextCursor) fields.cursor = panel.nextCursor;
+    const result = await request("search", fields);
+    if (state.panel !== panel) return;
+    panel.hits.push(...(result.hits || []));
+    panel.nextCursor = result.nextCursor || null;
+    panel.hasMore = Boolean(result.hasMore && result.nextCursor);
+    panel.error = "";
+  } catch (err) {
+    if (state.panel !== panel) return;
+    panel.error =
+      err.code === "search_unavailable"
+        ? "Search is not ready yet — the node is still building its index. Try again in a little while."
+        : describeError(err);
+  }
+  panel.loading = false;
+  renderSearch();
+}
+
+function highlighted(content, ranges) {
+  // Offsets count code points (as the node does); marks are elements, text stays text.
+  const chars = Array.from(content || "");
+  const spans = (ranges || [])
+    .filter((r) => Array.isArray(r) && r[0] >= 0 && r[1] > r[0])
+    .sort((a, b) => a[0] - b[0]);
+  const from = Math.max(0, (spans[0]?.[0] ?? 0) - 60);
+  const to = Math.min(chars.length, from + 280);
+  const out = [];
+  if (from > 0) out.push("…");
+  let at = from;
+  for (const [start, end] of spans) {
+    const s = Math.max(start, at);
+    const e = Math.min(end, to);
+    if (e <= s) continue;
+    if (s > at) out.push(chars.slice(at, s).join(""));
+    out.push(el("mark", {}, chars.slice(s, e).join("")));
+    at = e;
+  }
+  if (at < to) out.push(chars.slice(at, to).join(""));
+  if (to < chars.length) out.push("…");
+  return out;
+}
+
+function hitScopeLabel(scopeId) {
+  const scope = state.scopes.get(scopeId);
+  if (scope) return scopeLabel(scope);
+  if (state.threads[scopeId]) return state.threads[scopeId].label;
+  return "a conversation";
+}
+
+function renderSearch() {
+  const panel = state.panel;
+  if (panel?.kind !== "search") return;
+  const list = el("ul", { class: "search-results", "aria-label": "Search results" });
+  for (const hit of panel.hits) {
+    const message = hit.message || {};
+    const author = message.author || {};
+    list.append(
+      el(
+        "li",
+        {},
+        el(
+          "button",
+          { type: "button", class: "hit", onclick: () => openAt(hit.scopeId, message.seq, message.id) },
+          el(
+            "span",
+            { class: "hit-head" },
+            el("span", { class: "where" }, hitScopeLabel(hit.scopeId)),
+            el("span", { class: "author" }, author.displayName || author.handle || "?"),
+            el("time", { datetime: message.createdAt }, formatTime(message.createdAt)),
+          ),
+          el("span", { class: "hit-text" }, highlighted(message.content, hit.highlights)),
+        ),
+      ),
+    );
+  }
+  let status = null;
+  if (panel.error) status = el("p", { class: "error", role: "alert" }, panel.error);
+  else if (panel.loading) status = el("p", { class: "muted" }, "Searching…");
+  else if (!panel.hits.length) status = el("p", { class: "muted", role: "status" }, `Nothing found for “${panel.query}”.`);
+  else status = el("p", { class: "muted small", role: "status" }, `${panel.hits.length}${panel.hasMore ? "+" : ""} result${panel.hits.length === 1 ? "" : "s"} for “${panel.query}”`);
+  $("panel-body").replaceChildren(
+    status,
+    panel.hits.length ? list : null,
+    panel.hasMore && !panel.loading
+      ? el("button", { type: "button", class: "link more", onclick: () => runSearch(panel.query, true) }, "More results")
+      : null,
+  );
+}
+
+function flashMessage(selector) {
+  const node = document.querySelector(selector);
+  if (!node) return;
+  node.scrollIntoView({ block: "center" });
+  node.classList.add("flash");
+}
+
+async function openAt(scopeId, seq, messageId) {
+  // Open a scope at one message: a page around its seq (older nodes: the page ending at it).
+  let page;
+  try {
+    page = await request("history", { target: "scope:" + scopeId, aroundSeq: seq, limit: PAGE });
+    if (!page.messages.some((m) => m.seq === seq)) {
+      page = await request("history", { target: "scope:" + scopeId, beforeSeq: seq + 1, limit: PAGE });
+    }
+  } catch (err) {
+    noteError("Could not open that message — " + describeError(err));
+    return;
+  }
+  if (page.root) {
+    // A thread: the panel shows it with its root.
+    await openThread(null, scopeId);
+    flashMessage(`#panel [data-id="${CSS.escape(messageId)}"]`);
+    return;
+  }
+  state.current = scopeId;
+  localStorage.setItem(STORAGE_SCOPE, scopeId);
+  const latest = page.latestSeq ?? 0;
+  const detached = (page.coversThroughSeq ?? latest) < latest;
+  state.view = { scopeId, messages: new Map(), hasMore: page.hasMore, loading: false, error: "", detached };
+  for (const message of page.messages) state.view.messages.set(message.seq, message);
+  if (!detached) observe(scopeId, page.coversThroughSeq);
+  const scope = state.scopes.get(scopeId);
+  $("scope-title").textContent = scope ? scopeLabel(scope) : hitScopeLabel(scopeId);
+  $("members-button").disabled = false;
+  setComposerEnabled(true);
+  setText($("composer-note"), "");
+  loadOwner(scopeId);
+  renderScopes();
+  renderTimeline({});
+  flashMessage(`#messages [data-id="${CSS.escape(messageId)}"]`);
+  scheduleMarkRead();
 }
 
 function renderTimeline({ stick = false, keepOffset = false } = {}) {
@@ -878,8 +1789,10 @@ function renderTimeline({ stick = false, keepOffset = false } = {}) {
   const view = state.view;
   const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
   const fromBottom = box.scrollHeight - box.scrollTop;
+  const restoreFocus = keepEditorFocus();
   list.replaceChildren();
   renderPending();
+  show($("jump-latest"), Boolean(view?.detached));
   if (!view) {
     show($("load-older"), false);
     setText($("timeline-empty"), state.me ? "Pick a conversation on the left to start reading." : "");
@@ -899,7 +1812,21 @@ function renderTimeline({ stick = false, keepOffset = false } = {}) {
   else setText(empty, messages.length || pendingFor(view.scopeId).length ? "" : "No messages yet. Say hello.");
   empty.classList.toggle("error", Boolean(view.error));
   if (keepOffset) box.scrollTop = box.scrollHeight - fromBottom;
-  else if (stick || atBottom) box.scrollTop = box.scrollHeight;
+  else if ((stick || atBottom) && !view.detached) box.scrollTop = box.scrollHeight;
+  restoreFocus();
+}
+
+function keepEditorFocus() {
+  // Re-rendering replaces the nodes: an edit box being typed in keeps focus and caret.
+  const active = document.activeElement;
+  if (!active?.closest?.(".edit-form") || active.tagName !== "TEXTAREA") return () => {};
+  const [start, end] = [active.selectionStart, active.selectionEnd];
+  return () => {
+    const box = document.querySelector(".edit-form textarea");
+    if (!box || box === active) return;
+    box.focus();
+    box.setSelectionRange(start, end);
+  };
 }
 
 function onMessage(scopeId, message) {
@@ -907,7 +1834,7 @@ function onMessage(scopeId, message) {
   observe(scopeId, message.seq);
   const mine = state.me && message.author?.memberId === state.me.id;
   let shown = false;
-  if (state.view && state.view.scopeId === scopeId) {
+  if (state.view && state.view.scopeId === scopeId && !state.view.detached) {
     state.view.messages.set(message.seq, message);
     renderTimeline({ stick: mine });
     shown = true;
@@ -1041,6 +1968,7 @@ function onReadState(frame) {
 function setComposerEnabled(enabled) {
   $("composer-input").disabled = !enabled;
   $("composer-send").disabled = !enabled;
+  $("attach-button").disabled = !enabled;
 }
 
 function pendingFor(scopeId) {
@@ -1056,6 +1984,15 @@ function renderPending() {
         "div",
         { class: "msg pending" + (item.error ? " failed" : "") },
         el("div", { class: "content" }, document.createTextNode(item.content)),
+        item.uploads?.length || item.forward
+          ? el(
+              "div",
+              { class: "muted small" },
+              [item.forward ? "with a quote" : "", item.uploads?.length ? item.uploads.map((u) => u.name).join(", ") : ""]
+                .filter(Boolean)
+                .join(" · "),
+            )
+          : null,
         el(
           "div",
           { class: "muted small" },
@@ -1079,8 +2016,8 @@ function discard(item) {
   renderPending();
 }
 
-function enqueue(target, scopeId, content) {
-  const item = { clientMessageId: randomId(), target, scopeId, content, error: "" };
+function enqueue(target, scopeId, content, extra = {}) {
+  const item = { clientMessageId: randomId(), target, scopeId, content, error: "", ...extra };
   state.outbox.push(item);
   saveOutbox();
   renderPending();
@@ -1105,13 +2042,19 @@ async function flushOutbox() {
       let result;
       try {
         // The same clientMessageId on every attempt: a resend after a lost reply is `already_sent`.
-        result = await request("send", {
-          target: item.target,
-          content: item.content,
-          clientMessageId: item.clientMessageId,
-        });
+        const fields = { target: item.target, content: item.content, clientMessageId: item.clientMessageId };
+        if (item.attachmentIds?.length) fields.attachmentIds = item.attachmentIds;
+        if (item.forward) fields.forward = item.forward;
+        result = await request("send", fields);
       } catch (err) {
         if (err.code === "disconnected") break;
+        if (err.code === "moderation_blocked") {
+          // Nothing was stored: the text goes back to where it was typed, with the reason.
+          state.outbox = state.outbox.filter((other) => other !== item);
+          saveOutbox();
+          restoreBlocked(item, err);
+          continue;
+        }
         if (err.retryable) {
           const wait = err.details?.retryAfterMs ?? 2000;
           setTimeout(flushOutbox, wait);
@@ -1143,15 +2086,43 @@ async function flushOutbox() {
 
 const sentCallbacks = new Map(); // clientMessageId -> callback (not persisted)
 
+function restoreBlocked(item, err) {
+  const which = item.where === "thread" && state.panel?.kind === "thread" ? "thread" : "main";
+  const input = $(which === "main" ? "composer-input" : "thread-input");
+  const here = which === "thread" || item.scopeId === state.current;
+  if (here && !input.value.trim()) {
+    input.value = item.content;
+    const composer = state.composers[which];
+    if (!composer.uploads.length && item.uploads?.length) {
+      composer.uploads = item.uploads.map((u) => ({ ...u, key: randomId(), progress: 1, error: "", xhr: null }));
+    }
+    if (!composer.quote && item.quote) composer.quote = item.quote;
+    renderExtras(which);
+  }
+  const note = $(which === "main" ? "composer-note" : "thread-note");
+  setText(note, moderationWords(err) + (here ? "" : ` (in ${item.target})`));
+  note.className = "note error";
+  note.setAttribute("role", "alert");
+  input.focus();
+}
+
 function sendMain(event) {
   event.preventDefault();
   if (!state.current) return;
   const input = $("composer-input");
   const content = input.value;
-  if (!content.trim()) return;
+  const extra = takeComposer("main");
+  if (extra === null) {
+    noteError("Wait for the uploads to finish, then send.");
+    return;
+  }
+  if (!content.trim() && !extra.attachmentIds && !extra.forward) return;
+  if (extra.forward) extra.quote = state.composers.main.quote;
   input.value = "";
   setText($("composer-note"), "");
-  enqueue("scope:" + state.current, state.current, content);
+  $("composer-note").setAttribute("role", "status");
+  clearComposer("main");
+  enqueue("scope:" + state.current, state.current, content, { ...extra, where: "main" });
   input.focus();
 }
 
@@ -1174,6 +2145,7 @@ function openPanel(title) {
 
 function closePanel() {
   state.panel = null;
+  clearComposer("thread");
   show($("panel"), false);
   show($("thread-composer"), false);
   document.body.classList.remove("with-panel");
@@ -1330,6 +2302,7 @@ async function openThread(root, scopeId = null) {
     panel.scopeId = page.scopeId;
     if (page.root) panel.root = page.root;
     if (panel.root) {
+      loadOwner(panel.root.scopeId);
       rememberThread(page.scopeId, panel.root, panel.root.scopeId);
       state.replyCounts.set(panel.root.id, Math.max(state.replyCounts.get(panel.root.id) || 0, page.latestSeq || 0));
     }
@@ -1354,6 +2327,7 @@ function renderThread({ stick = false } = {}) {
   const panel = state.panel;
   if (panel?.kind !== "thread") return;
   const body = $("panel-body");
+  const restoreFocus = keepEditorFocus();
   const replies = [...panel.messages.values()].sort((a, b) => a.seq - b.seq);
   const list = el("div", { class: "messages", "aria-label": "Thread replies", role: "log" });
   let previous = null;
@@ -1376,6 +2350,7 @@ function renderThread({ stick = false } = {}) {
     ].filter(Boolean),
   );
   if (stick) body.scrollTop = body.scrollHeight;
+  restoreFocus();
 }
 
 function sendThread(event) {
@@ -1384,10 +2359,18 @@ function sendThread(event) {
   if (panel?.kind !== "thread") return;
   const input = $("thread-input");
   const content = input.value;
-  if (!content.trim()) return;
+  const extra = takeComposer("thread");
+  if (extra === null) {
+    setText($("thread-note"), "Wait for the uploads to finish, then reply.");
+    return;
+  }
+  if (!content.trim() && !extra.attachmentIds && !extra.forward) return;
+  if (extra.forward) extra.quote = state.composers.thread.quote;
   input.value = "";
+  setText($("thread-note"), "");
+  clearComposer("thread");
   const target = panel.scopeId ? "scope:" + panel.scopeId : panel.target;
-  const item = enqueue(target, panel.scopeId || "thread:" + panel.root?.id, content);
+  const item = enqueue(target, panel.scopeId || "thread:" + panel.root?.id, content, { ...extra, where: "thread" });
   sentCallbacks.set(item.clientMessageId, (result) => {
     if (state.panel === panel && result.targetKey && !panel.scopeId) {
       panel.scopeId = result.targetKey;
@@ -1679,6 +2662,32 @@ function init() {
   });
   $("panel-close").addEventListener("click", closePanel);
   $("create-form").addEventListener("submit", createChannel);
+  $("search-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const query = $("search-input").value.trim();
+    if (query) runSearch(query);
+  });
+  $("search-input").addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      event.stopPropagation();
+      $("search-input").blur();
+    }
+  });
+  document.addEventListener("keydown", focusSearch);
+  $("attach-button").addEventListener("click", () => $("attach-input").click());
+  $("attach-input").addEventListener("change", (event) => {
+    if (state.current) uploadFiles("main", event.target.files);
+    event.target.value = "";
+  });
+  wireDropZone(document.querySelector("section.main"), "main");
+  wireDropZone($("thread-composer"), "thread");
+  $("jump-latest").addEventListener("click", () => state.current && openScope(state.current));
+  document.addEventListener("click", (event) => {
+    // A click outside an open emoji picker closes it.
+    if (!state.pickerFor || event.target.closest?.(".picker, .actions")) return;
+    state.pickerFor = null;
+    rerender();
+  });
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible") scheduleMarkRead();
   });
