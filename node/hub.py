@@ -387,6 +387,14 @@ class Hub:
                 if not session.is_muted(scope_id):
                     session.push(payload)
                     self.events_published += 1
+        audiences: dict[bytes, list[str]] = {}
+        for reader, payload in payloads.items():
+            audiences.setdefault(payload, []).append(reader)
+        for payload, shown in audiences.items():
+            whole = len(audiences) == 1  # else readers_of would reach both groups
+            self.relay_event(
+                scope_id, payload, audience=shown, readers_of=message.id if whole else None
+            )
         for agent_id, reason in plan.wakes:
             if agent_id not in commit.woken:
                 continue  # woken for this message before: one wake per message

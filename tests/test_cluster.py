@@ -86,7 +86,7 @@ def seqs(events: list[dict[str, Any]]) -> list[int]:
     return [e["message"]["seq"] for e in events]
 
 
-async def test_message_membership_read_state_and_reaction_events_cross_nodes_once_in_order(
+async def test_message_membership_read_state_reaction_and_edit_events_cross_nodes_once_in_order(
     database_url: str, tmp_path: Path
 ) -> None:
     async with nodes(database_url, tmp_path, 3) as (a, b, c):
@@ -144,6 +144,15 @@ async def test_message_membership_read_state_and_reaction_events_cross_nodes_onc
                 reaction = await event_of(client, "reaction")
                 assert reaction["messageId"] == sent[1]["messageId"]
                 assert reaction["memberId"] == ann.id
+
+            # An edit and a delete made on node A reach readers on B and C.
+            await ann_a.edit(sent[0]["messageId"], "from ann, edited")
+            await ann_a.delete(sent[2]["messageId"])
+            for client in (bob_b, carl_c):
+                updated = await event_of(client, "messageUpdated")
+                assert updated["message"]["content"] == "from ann, edited"
+                deleted = await event_of(client, "messageDeleted")
+                assert deleted["messageId"] == sent[2]["messageId"]
 
             # bob is removed on node A: his session on B hears it, then nothing more.
             await ann_a.remove(scope, bob.id)
