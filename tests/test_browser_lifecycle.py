@@ -57,7 +57,9 @@ def png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
 
 
 def message(page: Page, text: str) -> Locator:
-    return messages(page).filter(has_text=text)
+    """The message whose own text (not a message it quotes) contains ``text``."""
+    own = page.locator(":scope > .content, :scope > .tombstone", has_text=text)
+    return messages(page).filter(has=own)
 
 
 def action(page: Page, text: str, name: str) -> Locator:
@@ -85,10 +87,10 @@ async def test_reactions_edit_delete_quote_forward_and_search(
             ann = await new_person(node, workspace, "ann")
             bob = await new_person(node, workspace, "bob")
             async with node_client(node, ann) as client:
-                await client.request("createChannel", slug="design", name="Design")
+                design = await client.request("createChannel", slug="design", name="Design")
                 await client.send("#general", "lunch at noon?")
             async with node_client(node, bob) as client:
-                await client.request("join", scopeId=(await scope_id(client, "#design")))
+                await client.request("join", scopeId=design["scopeId"])
                 await client.send("#design", "bob's draft of the spec")
 
             def sign_in(browser: Browser) -> tuple[Page, Page]:
@@ -222,12 +224,6 @@ async def test_reactions_edit_delete_quote_forward_and_search(
                 expect(message(ann_page, "lunch at noon?")).to_be_in_viewport()
 
             await browser.run(search)
-
-
-async def scope_id(client: Any, target: str) -> str:
-    page = await client.request("history", target=target, limit=1)
-    found: str = page["scopeId"]
-    return found
 
 
 async def test_attachments_by_button_and_drop_and_the_moderation_message(
