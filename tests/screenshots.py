@@ -9,10 +9,13 @@ colour scheme, 1280×800.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import struct
 import sys
 import tempfile
 import uuid
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,10 +26,11 @@ from psycopg import sql
 from storage import schema
 from storage.embedded import EmbeddedPostgres, remove_orphaned_clusters
 from storage.pg import dsn_for_database
-from tests.nodes import running_node
+from tests.nodes import RunningNode, running_node
 from tests.test_browser import (
     STEP_MS,
     BrowserThread,
+    Person,
     browser_missing,
     conversation,
     messages,
@@ -53,6 +57,53 @@ CONVERSATION = [
 ]
 
 
+def chart_png(width: int = 360, height: int = 180) -> bytes:
+    """A little bar chart as a PNG, drawn pixel by pixel (no imaging library)."""
+    bars = (0.35, 0.55, 0.5, 0.8, 0.92)
+    slot = width // len(bars)
+    rows = []
+    for y in range(height):
+        row = bytearray(b"\x00")
+        for x in range(width):
+            bar = bars[min(x // slot, len(bars) - 1)]
+            inside = slot * 0.2 < x % slot < slot * 0.8 and y > height * (1 - bar) - 1
+            row += bytes((36, 86, 199) if inside else (244, 246, 248))
+        rows.append(bytes(row))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
+        + chunk(b"IEND", b"")
+    )
+
+
+async def lifecycle(people: dict[str, Person], node: RunningNode) -> None:
+    """#releases: a message with an image, reactions, an edit and a quote reply."""
+    async with node_client(node, people["ann"]) as ann:
+        uploaded = await ann.upload(chart_png(), "rc-latency.png", "image/png")
+        sent = await ann.send(
+            "#releases",
+            "RC latency is down across the board, chart attached.",
+            attachmentIds=[uploaded["attachmentId"]],
+        )
+        await ann.edit(sent["messageId"], "RC latency is down across the board — chart attached.")
+    for handle, emoji in (("bob", "🎉"), ("cleo", "🎉"), ("cleo", "🚀"), ("ann", "🚀")):
+        async with node_client(node, people[handle]) as client:
+            await client.react(sent["messageId"], emoji)
+    async with node_client(node, people["cleo"]) as cleo:
+        await cleo.send(
+            "#releases",
+            "Ship it once the smoke suite is green.",
+            forward={"mode": "quote", "sources": [{"messageId": sent["messageId"]}]},
+        )
+
+
 async def capture(dsn: str, work: Path) -> None:
     from playwright.sync_api import expect
 
@@ -67,7 +118,10 @@ async def capture(dsn: str, work: Path) -> None:
             people = {"ann": ann, "bob": bob, "cleo": cleo}
             async with node_client(node, ann) as client:
                 await client.request("createChannel", slug="design", name="Design")
-                await client.request("createChannel", slug="releases", name="Releases")
+                releases = await client.request("createChannel", slug="releases", name="Releases")
+            for handle in ("bob", "cleo"):
+                async with node_client(node, people[handle]) as client:
+                    await client.request("join", scopeId=releases["scopeId"])
             for handle, target, text in CONVERSATION:
                 async with node_client(node, people[handle]) as client:
                     await client.send(target, text)
@@ -77,6 +131,7 @@ async def capture(dsn: str, work: Path) -> None:
                 await client.send(f"#general:{root}", "Checklist: smoke suite, login link, docs.")
             async with node_client(node, bob) as client:
                 await client.send(f"#general:{root}", "Smoke suite is green.")
+            await lifecycle(people, node)
             base = node.http
 
             def shoot(browser: Browser) -> None:
@@ -108,6 +163,32 @@ async def capture(dsn: str, work: Path) -> None:
                 dialog = page.get_by_role("dialog", name="Browse channels")
                 expect(dialog.get_by_role("button", name="Join #design")).to_be_visible()
                 page.screenshot(path=str(OUT / "channel-browser.png"))
+                dialog.get_by_role("button", name="Close").click()
+
+                conversation(page, "#releases").click()
+                chart = messages(page).first.get_by_role("img", name="rc-latency.png")
+                expect(chart).to_have_attribute("src", re.compile("^blob:"))
+                page.wait_for_function(
+                    "img => img.complete && img.naturalWidth > 0", arg=chart.element_handle()
+                )
+                expect(messages(page).last.locator("blockquote.source")).to_contain_text(
+                    "RC latency"
+                )
+                first = messages(page).first
+                first.hover()
+                first.get_by_role("button", name="Add reaction", exact=True).click()
+                expect(page.get_by_role("group", name="Pick a reaction")).to_be_visible()
+                page.screenshot(path=str(OUT / "reactions-attachment.png"))
+                page.get_by_role("button", name="React with 👍").click()
+                expect(first.get_by_role("button", name="👍 1", exact=True)).to_be_visible()
+                page.mouse.move(0, 0)
+
+                page.keyboard.press("Control+k")
+                page.get_by_role("searchbox", name="Search").fill("smoke suite")
+                page.keyboard.press("Enter")
+                results = page.get_by_role("list", name="Search results")
+                expect(results.or_(page.get_by_text("Search is not ready yet"))).to_be_visible()
+                page.screenshot(path=str(OUT / "search.png"))
                 context.close()
 
             await thread.run(shoot)

@@ -12,7 +12,7 @@ import re
 import struct
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -31,7 +31,7 @@ from tests.test_browser import (
 )
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Locator, Page
+    from playwright.sync_api import Browser, FilePayload, Locator, Page
 
 pytestmark = [
     pytest.mark.browser,
@@ -59,7 +59,8 @@ def png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
 def message(page: Page, text: str) -> Locator:
     """The message whose own text (not a message it quotes) contains ``text``."""
     own = page.locator(":scope > .content, :scope > .tombstone", has_text=text)
-    return messages(page).filter(has=own)
+    found: Locator = messages(page).filter(has=own)
+    return found
 
 
 def action(page: Page, text: str, name: str) -> Locator:
@@ -70,8 +71,10 @@ def action(page: Page, text: str, name: str) -> Locator:
 
 
 def reaction(page: Page, text: str, label: str) -> Locator:
-    return message(page, text).get_by_role("group", name="Reactions").get_by_role(
-        "button", name=label, exact=True
+    return (
+        message(page, text)
+        .get_by_role("group", name="Reactions")
+        .get_by_role("button", name=label, exact=True)
     )
 
 
@@ -257,9 +260,8 @@ async def test_attachments_by_button_and_drop_and_the_moderation_message(
             def upload_by_button(_: Browser) -> None:
                 with ann_page.expect_file_chooser() as chooser:
                     ann_page.get_by_role("button", name="Attach files").click()
-                chooser.value.set_files(
-                    files=[{"name": "chart.png", "mimeType": "image/png", "buffer": image}]
-                )
+                chart: FilePayload = {"name": "chart.png", "mimeType": "image/png", "buffer": image}
+                chooser.value.set_files(files=[chart])
                 expect(ann_page.get_by_text("ready")).to_be_visible()
                 send(ann_page, "the chart")
                 for page in (ann_page, bob_page):

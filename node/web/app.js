@@ -910,15 +910,15 @@ function messageNode(message, { inThread = false, grouped = false } = {}) {
   let body;
   if (message.deleted) body = el("p", { class: "tombstone" }, "message deleted");
   else if (editing) body = editForm(editing, message);
-  else
-    body = el(
-      "div",
-      { class: "content" },
-      renderMarkdown(message.content ?? "", message),
-      message.editedAt || message.revision
-        ? el("span", { class: "edited muted small", title: message.editedAt ? `edited ${message.editedAt}` : null }, "(edited)")
-        : null,
-    );
+  else {
+    body = el("div", { class: "content" }, renderMarkdown(message.content ?? "", message));
+    if (message.editedAt || message.revision) {
+      // "(edited)" follows the text: inside its last paragraph when it ends with one.
+      const mark = el("span", { class: "edited muted small", title: message.editedAt ? `edited ${message.editedAt}` : null }, "(edited)");
+      const last = body.lastElementChild;
+      (last?.tagName === "P" ? last : body).append(last?.tagName === "P" ? " " : "", mark);
+    }
+  }
   return el(
     "article",
     {
@@ -1731,11 +1731,13 @@ function renderSearch() {
   else if (!panel.hits.length) status = el("p", { class: "muted", role: "status" }, `Nothing found for “${panel.query}”.`);
   else status = el("p", { class: "muted small", role: "status" }, `${panel.hits.length}${panel.hasMore ? "+" : ""} result${panel.hits.length === 1 ? "" : "s"} for “${panel.query}”`);
   $("panel-body").replaceChildren(
-    status,
-    panel.hits.length ? list : null,
-    panel.hasMore && !panel.loading
-      ? el("button", { type: "button", class: "link more", onclick: () => runSearch(panel.query, true) }, "More results")
-      : null,
+    ...[
+      status,
+      panel.hits.length ? list : null,
+      panel.hasMore && !panel.loading
+        ? el("button", { type: "button", class: "link more", onclick: () => runSearch(panel.query, true) }, "More results")
+        : null,
+    ].filter(Boolean),
   );
 }
 
