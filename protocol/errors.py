@@ -35,7 +35,15 @@ class ErrorCode(enum.StrEnum):
         return self in _RETRYABLE
 
 
-_RETRYABLE = frozenset({ErrorCode.OVERLOADED, ErrorCode.UNAVAILABLE, ErrorCode.RATE_LIMITED})
+# A search index being built becomes ready by itself: the same request succeeds later.
+_RETRYABLE = frozenset(
+    {
+        ErrorCode.OVERLOADED,
+        ErrorCode.UNAVAILABLE,
+        ErrorCode.RATE_LIMITED,
+        ErrorCode.SEARCH_UNAVAILABLE,
+    }
+)
 
 
 class CloseCode(enum.IntEnum):

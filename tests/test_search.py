@@ -17,14 +17,21 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
+from actors.model import MemberType
 from actors.search_query import TermKind, highlights, matches, parse
 from node.client import Client, ClientError
-from tests.nodes import World, make_channel, running_node
+from storage import search as index
+from storage.pg import connect
+from tests.nodes import Person, World, make_channel, running_node
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "search_corpus.json").read_text())
 TIMEOUT = 20
@@ -100,3 +107,313 @@ async def test_language_corpus(database_url: str, tmp_path: Path) -> None:
                     content = hit["message"]["content"]
                     assert hit["highlights"] == [list(s) for s in highlights(content, parsed)]
                     assert all(0 <= s < e <= len(content) for s, e in hit["highlights"])
+
+
+# ---------------------------------------------------------------- visibility
+
+HUMANS = ("ann", "bob", "cid")
+AGENTS = (("pa", "ann"), ("pb", "bob"))  # private agents and their owners
+WORDS = ("alpha", "beta")
+Step = tuple[str, int, int]
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["send", "send", "reply", "join", "leave", "invite", "grant"]),
+        st.integers(0, len(HUMANS) + len(AGENTS) - 1),
+        st.integers(0, len(HUMANS) - 1),
+    ),
+    min_size=3,
+    max_size=14,
+)
+
+
+async def _ignore_refusal(client: Client, op: str, **fields: Any) -> dict[str, Any] | None:
+    try:
+        return await client.request(op, **fields)
+    except ClientError:
+        return None  # the world allows it or not; the oracle reads what happened
+
+
+async def _play(database_url: str, data_dir: Path, world_steps: list[Step]) -> None:
+    async with running_node(database_url, data_dir) as node:
+        world = await World.create(node)
+        people: list[Person] = [await world.member(h) for h in HUMANS]
+        for handle, owner in AGENTS:
+            owner_person = people[HUMANS.index(owner)]
+            people.append(
+                await world.member(handle, MemberType.AGENT, owner=owner_person, private=True)
+            )
+        async with (
+            world.client(people[0]) as ann,
+            world.client(people[1]) as bob,
+            world.client(people[2]) as cid,
+            world.client(people[3], kind="daemon") as pa,
+            world.client(people[4], kind="daemon") as pb,
+        ):
+            clients = [ann, bob, cid, pa, pb]
+            channel = await make_channel(ann, "c", bob)
+            scopes = {channel}
+            root: str | None = None
+            for n, (action, who, other) in enumerate(world_steps):
+                actor = clients[who]
+                word = WORDS[n % 2]
+                if action == "send":
+                    sent = await _ignore_refusal(
+                        actor,
+                        "send",
+                        target=f"scope:{channel}",
+                        content=f"{word} n{n}",
+                        clientMessageId=f"v{n}",
+                    )
+                    if sent is not None and root is None:
+                        root = sent["messageId"]
+                elif action == "reply" and root is not None:
+                    sent = await _ignore_refusal(
+                        actor,
+                        "send",
+                        target=f"#c:{root}",
+                        content=f"{word} reply n{n}",
+                        clientMessageId=f"v{n}",
+                    )
+                    if sent is not None:
+                        for reader in clients:  # any reader names the thread's scope
+                            page = await _ignore_refusal(
+                                reader, "history", target=f"#c:{root}", limit=1
+                            )
+                            if page is not None:
+                                scopes.add(page["scopeId"])
+                                break
+                elif action in ("join", "leave") and who < len(HUMANS):
+                    await _ignore_refusal(actor, action, scopeId=channel)
+                elif action == "invite" and who >= len(HUMANS):
+                    owner = clients[HUMANS.index(AGENTS[who - len(HUMANS)][1])]
+                    await _ignore_refusal(
+                        owner,
+                        "invite",
+                        scopeId=channel,
+                        memberId=people[who].id,
+                        visibility="private",
+                    )
+                elif action == "grant" and who < len(HUMANS):
+                    await _ignore_refusal(
+                        actor, "grant", scopeId=channel, granteeMemberId=people[other].id
+                    )
+            parsed = parse("alpha")
+            for viewer in clients:
+                readable: set[str] = set()
+                for scope in scopes:
+                    page = await _ignore_refusal(
+                        viewer, "history", target=f"scope:{scope}", limit=200
+                    )
+                    if page is not None:
+                        readable |= {
+                            m["id"] for m in page["messages"] if matches(m["content"], parsed)
+                        }
+                found = [h["message"]["id"] for h in await hits_of(viewer, "alpha")]
+                assert len(found) == len(set(found))
+                assert set(found) == readable
+                if viewer in (pa, pb) and found:
+                    REACHED["private agent hit"] += 1
+                if len(scopes) > 1 and found:
+                    REACHED["world with a thread"] += 1
+
+
+REACHED: Counter[str] = Counter()
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(world_steps=steps)
+@example(
+    world_steps=[
+        ("invite", 3, 0),
+        ("grant", 0, 1),
+        ("send", 1, 0),
+        ("send", 0, 0),
+        ("reply", 0, 0),
+        ("leave", 1, 0),
+        ("send", 0, 0),
+        ("reply", 3, 0),
+    ]
+)
+def test_search_finds_exactly_the_readable_matches(
+    database_url: str, tmp_path: Path, world_steps: list[Step]
+) -> None:
+    trio.run(_play, database_url, tmp_path, world_steps)
+
+
+def test_generated_worlds_reach_agents_and_threads() -> None:
+    # Runs after the property test (file order): its worlds must not be trivial.
+    assert REACHED["private agent hit"] > 0, REACHED
+    assert REACHED["world with a thread"] > 0, REACHED
+
+
+# ---------------------------------------------------------------- filters, paging, errors
+
+
+async def test_filters_paging_sort_and_errors(database_url: str, tmp_path: Path) -> None:
+    async with running_node(database_url, tmp_path) as node:
+        world = await World.create(node)
+        other = await World.create(node, "other")
+        ann, bob = await world.member("ann"), await world.member("bob")
+        eve = await other.member("eve")
+        async with world.client(ann) as a, world.client(bob) as b, other.client(eve) as e:
+            ops = await make_channel(a, "ops", b)
+            dev = await make_channel(a, "dev", b)
+            sent = []
+            for i in range(7):
+                sent.append(await a.send("#ops", f"rollout step {i}"))
+                await b.send("#dev", f"rollout note {i} rollout")
+            ids = [s["messageId"] for s in sent]
+            # Paging: newest first, disjoint pages, all found.
+            first = await a.search("rollout", scope_id=ops, limit=3)
+            assert [h["message"]["id"] for h in first["hits"]] == ids[::-1][:3]
+            assert first["hasMore"]
+            assert first["nextCursor"]
+            everything = await hits_of(a, "rollout", scope_id=ops, limit=3)
+            assert [h["message"]["id"] for h in everything] == ids[::-1]
+            assert len(await hits_of(a, "rollout")) == 14
+            assert len(await hits_of(a, "rollout", author_id=bob.id)) == 7
+            assert len(await hits_of(a, "rollout from:@bob")) == 7
+            assert len(await hits_of(a, "rollout in:#dev")) == 7
+            assert len(await hits_of(a, "rollout -note")) == 7
+            assert len(await hits_of(a, '"step 3"')) == 1
+            # Relevance: the message with the word twice ranks first.
+            ranked = await hits_of(a, "rollout", sort="relevance")
+            assert len(ranked) == 14
+            assert ranked[0]["scopeId"] == dev
+            # Another workspace sees nothing; its scope ids are not_found.
+            assert await hits_of(e, "rollout") == []
+            assert await error_of(e, "search", query="rollout", scopeId=ops) == "not_found"
+            # A scope the member left is forbidden, like history.
+            await b.request("leave", scopeId=ops)
+            assert await error_of(b, "search", query="rollout", scopeId=ops) == "forbidden"
+            assert len(await hits_of(b, "rollout")) == 7
+            # Bad input is typed and the session lives on.
+            assert await error_of(a, "search", query="   ") == "validation_failed"
+            assert await error_of(a, "search", query="x" * 257) == "validation_failed"
+            assert await error_of(a, "search", query="a", limit=51) == "validation_failed"
+            assert await error_of(a, "search", query="a", sort="best") == "validation_failed"
+            assert await error_of(a, "search", query="a", cursor="!!") == "validation_failed"
+            cursor = first["nextCursor"]
+            assert await error_of(a, "search", query="other", cursor=cursor) == (
+                "validation_failed"
+            )
+            # Opening a hit: history around its seq.
+            hit = first["hits"][0]["message"]
+            around = await a.history("#ops", aroundSeq=4, limit=4)
+            assert [m["seq"] for m in around["messages"]] == [2, 3, 4, 5]
+            assert hit["seq"] == 7
+            assert await error_of(a, "history", target="#ops", aroundSeq=3, afterSeq=1) == (
+                "validation_failed"
+            )
+
+
+async def test_edits_and_deletes_show_in_the_next_search(database_url: str, tmp_path: Path) -> None:
+    async with running_node(database_url, tmp_path) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        async with world.client(ann) as a:
+            await make_channel(a, "c")
+            edited = (await a.send("#c", "the kettle is broken"))["messageId"]
+            deleted = (await a.send("#c", "kettle gossip"))["messageId"]
+            assert {h["message"]["id"] for h in await hits_of(a, "kettle")} == {edited, deleted}
+            await a.edit(edited, "the teapot is fixed")
+            await a.delete(deleted)
+            assert await hits_of(a, "kettle") == []
+            [hit] = await hits_of(a, "teapot")
+            assert hit["message"]["id"] == edited
+            assert hit["highlights"] == [[4, 10]]
+
+
+# ---------------------------------------------------------------- readiness
+
+IMPORTED = 100_000
+
+
+async def _import_beside_the_send_path(database_url: str, workspace_id: str, author: str) -> str:
+    """COPY messages straight into scope_messages, as a restore would, without
+    the projection; the importer marks the workspace building first."""
+    async with await connect(database_url, autocommit=True) as conn:
+        await index.mark_building(conn, workspace_id)
+        cur = await conn.execute(
+            "SELECT s.id FROM scopes s JOIN scope_channel_profiles p ON p.scope_id = s.id"
+            " WHERE p.workspace_id = %s AND p.slug = 'bulk'",
+            (workspace_id,),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        scope_id = str(row[0])
+        columns = (
+            "id, workspace_id, scope_id, seq, workspace_global_seq, author_member_id,"
+            " author_type, notify_principal_member_id, idempotency_subject_member_id,"
+            " client_message_id, idempotency_payload_digest, message_type, content"
+        )
+        async with conn.transaction():
+            async with conn.cursor().copy(f"COPY scope_messages ({columns}) FROM STDIN") as copy:
+                for i in range(1, IMPORTED + 1):
+                    word = "needle" if i % 1000 == 0 else "hay"
+                    await copy.write_row(
+                        (
+                            f"msg_imp{i:07d}",
+                            workspace_id,
+                            scope_id,
+                            i,
+                            10_000_000 + i,
+                            author,
+                            "human",
+                            author,
+                            author,
+                            f"imp-{i}",
+                            b"\x00",
+                            "text",
+                            f"{word} {i}",
+                        )
+                    )
+            await conn.execute(
+                "UPDATE scopes SET latest_seq = %s WHERE id = %s", (IMPORTED, scope_id)
+            )
+    return scope_id
+
+
+async def test_rebuild_makes_an_import_searchable_and_never_downgrades(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        async with world.client(ann) as a:
+            await make_channel(a, "bulk")
+            await _import_beside_the_send_path(database_url, world.workspace_id, ann.id)
+            with pytest.raises(ClientError) as failed:
+                await a.search("needle")
+            assert failed.value.code == "search_unavailable"
+            assert failed.value.frame.get("retryable") is True
+            async with await connect(database_url, autocommit=True) as conn:
+                assert (await index.status(conn, world.workspace_id)).state == "building"
+                done = await index.rebuild(conn, world.workspace_id)
+            assert done.view() == {"state": "read_ready", "indexed": IMPORTED, "messages": IMPORTED}
+            expected = IMPORTED // 1000
+            assert len(await hits_of(a, "needle", limit=50)) == expected
+
+            # A second rebuild while a client searches: never a failure, never fewer.
+            counts: list[int] = []
+
+            async def keep_searching(cancel: trio.CancelScope) -> None:
+                with cancel:
+                    while True:
+                        page = await a.search("needle", limit=50)
+                        counts.append(len(page["hits"]))
+
+            async with trio.open_nursery() as nursery:
+                cancel = trio.CancelScope()
+                nursery.start_soon(keep_searching, cancel)
+                async with await connect(database_url, autocommit=True) as conn:
+                    again = await index.rebuild(conn, world.workspace_id)
+                cancel.cancel()
+            assert again.state == "read_ready"
+            assert counts
+            assert min(counts) == 50
