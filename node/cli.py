@@ -140,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "bench", help="load-test a node (see `scopenode bench --help`)", add_help=False
     )
+    commands.add_parser(
+        "cluster",
+        help="N nodes behind HAProxy on one PostgreSQL (see `scopenode cluster up --help`)",
+        add_help=False,
+    )
     return parser
 
 
@@ -153,6 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.cli import main as bench_main
 
         return bench_main(args_list[1:])
+    if args_list[:1] == ["cluster"]:
+        from node.cluster_cli import main as cluster_main
+
+        return cluster_main(args_list[1:])
     args = build_parser().parse_args(args_list)
     if args.command == "serve":
         return _serve(args)

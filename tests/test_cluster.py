@@ -8,6 +8,10 @@ visibility applied there by the one SQL predicate.
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -20,7 +24,8 @@ import trio
 from actors.model import MemberType
 from node import relay
 from node.client import Client, open_client
-from storage import directory
+from node.cluster_cli import HAPROXY_MISSING, find_haproxy, free_ports
+from storage import directory, scopes
 from storage.pg import connect
 from tests.nodes import Person, RunningNode, World, make_channel, running_node
 
@@ -219,3 +224,64 @@ async def test_a_revoked_tokens_sessions_close_on_every_node_within_a_second(
             assert await on_a.wait_closed(1.0) == 4401
             assert await on_b.wait_closed(1.0) == 4401
             assert trio.current_time() - revoked_at < 1.0
+
+
+async def _read_until(stream: Any, marker: str, timeout: float) -> list[str]:
+    """Lines of a child's stdout up to the one starting with ``marker``."""
+    lines: list[str] = []
+    with trio.fail_after(timeout):
+        while not lines or not lines[-1].startswith(marker):
+            line = await trio.to_thread.run_sync(stream.readline, abandon_on_cancel=True)
+            if not line:
+                raise AssertionError(f"stdout ended before {marker!r}: {lines}")
+            lines.append(line.rstrip("\n"))
+    return lines
+
+
+@pytest.mark.skipif(find_haproxy() is None, reason=HAPROXY_MISSING)
+async def test_cluster_up_two_nodes_chat_through_haproxy(database_url: str, tmp_path: Path) -> None:
+    port = free_ports(1)[0]
+    command = [sys.executable, "-m", "node", "cluster", "up", "--nodes", "2", "--port", str(port)]
+    command += ["--database-url", database_url, "--data-dir", str(tmp_path)]
+    cluster = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = await _read_until(cluster.stdout, "demo token:", 90)
+        token = lines[-1].split()[-1]
+        nodes_line = next(line for line in lines if line.startswith("nodes: "))
+        node_ports = [int(part.rsplit(":", 1)[1]) for part in nodes_line.split()[1:]]
+        assert len(node_ports) == 2
+        async with await connect(database_url, autocommit=True) as conn:
+            found = await directory.authenticate(conn, token)
+            assert found is not None
+            workspace = found.workspace_id
+            bob = await directory.create_member(
+                conn, workspace_id=workspace, type_=MemberType.HUMAN, handle="bob"
+            )
+            bob_token = await directory.issue_token(conn, bob.id)
+            general = await scopes.channel_by_slug(conn, workspace, "general")
+            assert general is not None
+        public = f"ws://127.0.0.1:{port}/v1/ws?workspace={workspace}"
+        direct = [f"ws://127.0.0.1:{p}/v1/ws?workspace={workspace}" for p in node_ports]
+        async with (
+            open_client(public, token) as demo,
+            open_client(public, bob_token) as bob_proxied,
+            open_client(direct[0], bob_token) as bob_0,
+            open_client(direct[1], bob_token) as bob_1,
+        ):
+            await bob_proxied.request("join", scopeId=general)
+            sent = await demo.send("#general", "hello through haproxy")
+            for client in (bob_proxied, bob_0, bob_1):
+                event = await event_of(client, "message")
+                assert event["message"]["id"] == sent["messageId"]
+            reply = await bob_proxied.send("#general", "hi demo")
+            # demo's own message comes first, then bob's reply.
+            got = await messages_until(demo, general, reply["acceptedSeq"])
+            assert [e["message"]["id"] for e in got] == [sent["messageId"], reply["messageId"]]
+    finally:
+        cluster.send_signal(signal.SIGINT)
+        assert cluster.wait(timeout=30) == 0
+        assert cluster.stdout is not None
+        cluster.stdout.close()
+    # Everything it started is gone: its port answers no more.
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass
