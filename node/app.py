@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -34,6 +35,8 @@ from storage.store import PgScopeStore
 log = structlog.get_logger(__name__)
 MARK_INTERVAL = 0.5
 DRAIN_TIMEOUT = 10.0
+DRAIN_SPREAD = 2.0
+DRAIN_STEPS = 20
 
 
 class DeliveredMarker:
@@ -190,8 +193,15 @@ async def drain(
     accepting.cancel()
     for listener in listeners:
         await listener.aclose()
-    for session in list(services.sessions):
-        session.close(CloseCode.DRAINING, "node draining; reconnect")
+    # Spread over DRAIN_SPREAD seconds, so that the clients' reconnects (and
+    # resumes) land on the other nodes as a ramp, not as one burst.
+    sessions = list(services.sessions)
+    chunk = max(1, math.ceil(len(sessions) / DRAIN_STEPS))
+    for start in range(0, len(sessions), chunk):
+        if start:
+            await trio.sleep(DRAIN_SPREAD / DRAIN_STEPS)
+        for session in sessions[start : start + chunk]:
+            session.close(CloseCode.DRAINING, "node draining; reconnect")
     with trio.move_on_after(DRAIN_TIMEOUT):
         # Sessions end on their own schedule; actors finish what they hold, so
         # nothing already handed to an actor is cut off mid-commit.
