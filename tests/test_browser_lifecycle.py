@@ -318,5 +318,18 @@ async def test_attachments_by_button_and_drop_and_the_moderation_message(
                 box.fill("well, never mind")
                 bob_page.get_by_role("button", name="Send").click()
                 expect(message(ann_page, "never mind")).to_have_count(1)
+                # An edit to a blocked word is refused in place; the old text stays.
+                action(bob_page, "never mind", "Edit").click()
+                bob_page.get_by_role("textbox", name="Edit message").fill("well, darn")
+                bob_page.get_by_role("button", name="Save").click()
+                refused = messages(bob_page).get_by_role("alert")
+                expect(refused).to_contain_text("Not saved")
+                expect(refused).to_contain_text("darn")
+                expect(bob_page.get_by_role("textbox", name="Edit message")).to_have_value(
+                    "well, darn"
+                )
+                bob_page.get_by_role("button", name="Cancel").click()
+                expect(message(bob_page, "well, never mind")).to_have_count(1)
+                expect(message(ann_page, "well, never mind")).not_to_contain_text("(edited)")
 
             await browser.run(moderation)

@@ -1334,8 +1334,11 @@ async function resolvePending(message) {
     const page = await request("history", { target: "scope:" + message.scopeId, beforeSeq: message.seq + 1, limit: 3 });
     const stored = page.messages.find((m) => m.id === message.id);
     if (stored && !(stored.sources || []).some((src) => src.pending)) sources = stored.sources || [];
-  } catch {
-    sources = null;
+  } catch (err) {
+    if (err.code === "disconnected") {
+      state.resolving.delete(message.id); // the next render after reconnecting tries again
+      return;
+    }
   }
   // Unresolvable: keep the words "quoted message" rather than retrying forever.
   const settled = sources || (message.sources || []).map((src) => ({ messageId: null, kind: src.kind }));
