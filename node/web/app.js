@@ -1754,9 +1754,12 @@ function flashMessage(selector) {
 async function openAt(scopeId, seq, messageId) {
   // Open a scope at one message: a page around its seq (older nodes: the page ending at it).
   let page;
+  let around = true;
   try {
     page = await request("history", { target: "scope:" + scopeId, aroundSeq: seq, limit: PAGE });
     if (!page.messages.some((m) => m.seq === seq)) {
+      // A node without aroundSeq ignores it (unknown fields are ignored) and answers the latest page.
+      around = false;
       page = await request("history", { target: "scope:" + scopeId, beforeSeq: seq + 1, limit: PAGE });
     }
   } catch (err) {
@@ -1773,7 +1776,9 @@ async function openAt(scopeId, seq, messageId) {
   localStorage.setItem(STORAGE_SCOPE, scopeId);
   const latest = page.latestSeq ?? 0;
   const detached = (page.coversThroughSeq ?? latest) < latest;
-  state.view = { scopeId, messages: new Map(), hasMore: page.hasMore, loading: false, error: "", detached };
+  // Older messages remain when the page says where to continue backwards.
+  const older = around ? page.continueBeforeSeq !== undefined : page.hasMore;
+  state.view = { scopeId, messages: new Map(), hasMore: older, loading: false, error: "", detached };
   for (const message of page.messages) state.view.messages.set(message.seq, message);
   if (!detached) observe(scopeId, page.coversThroughSeq);
   const scope = state.scopes.get(scopeId);
