@@ -382,6 +382,12 @@ def failed_checks(results: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["search"]:
+        # Its own corpus and report (bench/search.py): no sessions or baselines of the rest.
+        from bench.search import main as search_main
+
+        return search_main(argv[1:])
     args = resolve(build_parser().parse_args(argv))
     raise_fd_limit()
     print(f"scopenode bench {args.workload}")
