@@ -186,11 +186,14 @@ def test_modes_decide_before_parsing() -> None:
     "unit",
     ["@a ", "` ", "\n", "@a`", "a@", "```\n", "> @a\n", "@a.", "\r\n @", "@" + "a-" * 40 + " "],
 )
-def test_256_kib_parses_quickly(unit: str) -> None:
+def test_256_kib_parses_in_linear_time(unit: str) -> None:
+    """A guard against quadratic scans, not a speed target: a quadratic parse of
+    256 KiB takes minutes, a linear one milliseconds, so the bound is loose
+    enough for a loaded CI machine."""
     content = unit * (256 * 1024 // len(unit)) + "@end"
     started = time.perf_counter()
     parse_mentions(content)
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 10.0
 
 
 def test_many_unmatched_backtick_runs_stay_linear() -> None:
