@@ -73,8 +73,6 @@ CURSORS_KEPT = 100_000
 ABOVE_KEPT = 10_000
 NOTIFY_ATTEMPTS = 3
 
-_NOTIFY = "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p"
-
 
 class _Cursor:
     """Seqs of one scope this node's sessions were handed: all up to ``frontier``
@@ -226,7 +224,7 @@ class ClusterRelay:
             for attempt in range(NOTIFY_ATTEMPTS):
                 try:
                     async with self._pool.connection() as conn:
-                        await conn.execute(_NOTIFY, (CHANNEL, payloads))
+                        await relay_sql.notify_many(conn, CHANNEL, payloads)
                     break
                 except (psycopg.Error, StorageError, OSError) as exc:
                     # Receivers still catch up: the next notification of the
@@ -246,11 +244,7 @@ class ClusterRelay:
                     self._dsn, autocommit=True, application_name=APPLICATION_NAME
                 )
                 try:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    cur = await conn.execute("SELECT pg_backend_pid(), now()")
-                    row = await cur.fetchone()
-                    assert row is not None
-                    self.listener_pid, last_alive = int(row[0]), row[1]
+                    self.listener_pid, last_alive = await relay_sql.listen(conn, CHANNEL)
                     if gap_since is not None:
                         # Queued ahead of every notification of this connection.
                         self._jobs_in.send_nowait(("catchup", gap_since - CATCHUP_MARGIN))
@@ -281,11 +275,7 @@ class ClusterRelay:
             async for notify in notifies:
                 self._jobs_in.send_nowait(("notify", notify.payload))
         # A probe on the listener itself: a dead connection fails here.
-        cur = await conn.execute("SELECT now()")
-        row = await cur.fetchone()
-        assert row is not None
-        alive: datetime = row[0]
-        return alive
+        return await relay_sql.database_now(conn)
 
     async def _process_loop(self) -> None:
         while True:

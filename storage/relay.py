@@ -158,3 +158,37 @@ async def message_seq(conn: TrioConnection, message_id: str) -> tuple[str, int] 
         cur = await conn.execute(MESSAGE_SCOPE_SEQ, (message_id,))
         row = await cur.fetchone()
     return (row[0], int(row[1])) if row else None
+
+
+NOTIFY_MANY = "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p"
+LISTENER_IDENTITY = "SELECT pg_backend_pid(), now()"
+DATABASE_NOW = "SELECT now()"
+
+
+async def notify_many(conn: TrioConnection, channel: str, payloads: Sequence[str]) -> None:
+    """One round trip for every queued notification (delivered at commit, in order)."""
+    with map_errors():
+        await conn.execute(NOTIFY_MANY, (channel, list(payloads)))
+
+
+async def listen(conn: TrioConnection, channel: str) -> tuple[int, datetime]:
+    """LISTEN on ``channel``; the listener's backend pid and the database's time.
+
+    ``channel`` is a constant identifier of the node, never user input.
+    """
+    with map_errors():
+        await conn.execute(f"LISTEN {channel}")
+        cur = await conn.execute(LISTENER_IDENTITY)
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row[0]), row[1]
+
+
+async def database_now(conn: TrioConnection) -> datetime:
+    """The database's clock (also a liveness probe of ``conn``)."""
+    with map_errors():
+        cur = await conn.execute(DATABASE_NOW)
+        row = await cur.fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    return now
