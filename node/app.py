@@ -37,6 +37,7 @@ MARK_INTERVAL = 0.5
 DRAIN_TIMEOUT = 10.0
 DRAIN_SPREAD = 2.0
 DRAIN_STEPS = 20
+HEALTH_WINDOW = 1.0  # HAProxy: 2 failed checks 500 ms apart (deploy/haproxy.cfg)
 
 
 class DeliveredMarker:
@@ -185,14 +186,29 @@ async def _accept(
 async def drain(
     services: Services, listeners: Sequence[trio.SocketListener], accepting: trio.CancelScope
 ) -> None:
-    """Stop accepting, close sessions with 4503, let actors finish what they hold."""
+    """Refuse new sessions, close sessions with 4503, let actors finish what they hold.
+
+    The listener stays open for the whole window: ``/healthz`` answers 503 (and
+    a WebSocket upgrade 503) instead of a refused connection, so a proxy's
+    health check marks the node down on a clear answer and a client that
+    reached it in the meantime is told to go elsewhere.
+    """
     services.draining = True
     services.registry.draining = True
-    # Closing a listener under a pending accept() would crash the accept loop
-    # (ClosedResourceError) and with it the node: cancel the loop first.
-    accepting.cancel()
-    for listener in listeners:
-        await listener.aclose()
+    try:
+        await _close_sessions(services)
+    finally:
+        # Closing a listener under a pending accept() would crash the accept
+        # loop (ClosedResourceError) and with it the node: cancel the loop first.
+        accepting.cancel()
+        for listener in listeners:
+            await listener.aclose()
+
+
+async def _close_sessions(services: Services) -> None:
+    # Sessions stay up until a proxy checking /healthz has seen the 503s and
+    # stopped routing here; closed earlier, their reconnects could land here again.
+    await trio.sleep(HEALTH_WINDOW)
     # Spread over DRAIN_SPREAD seconds, so that the clients' reconnects (and
     # resumes) land on the other nodes as a ramp, not as one burst.
     sessions = list(services.sessions)

@@ -1,7 +1,8 @@
 """Graceful shutdown (issue 4, acceptance 6).
 
 ``scopenode serve`` on an empty data dir (embedded PostgreSQL) with two
-sessions connected gets SIGTERM: both sessions are closed with 4503, the
+sessions connected gets SIGTERM: ``/healthz`` answers 503 and new sessions
+are refused while both are still open, then both are closed with 4503, the
 process exits 0 within a bound, and no PostgreSQL process of its cluster is
 left behind.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import trio
 
-from bench.nodeproc import free_port, stop_process, wait_healthy
+from bench.nodeproc import free_port, http_status, stop_process, wait_healthy
 from node.client import open_client
 from protocol.errors import CloseCode
 from tests.clusters import (
@@ -36,6 +37,35 @@ def cleanup_cluster(data_dir: Path, keep_under: Path) -> None:
     if (data_dir / "pg-layout.json").exists():
         stop_leftover(data_dir)
         remove_cluster_outside(data_dir, keep_under)
+
+
+async def healthz_until_503(port: int) -> list[int | None]:
+    """``/healthz`` statuses from SIGTERM on, up to the first 503 (a refused
+    connection is None, and would fail the caller)."""
+    statuses: list[int | None] = []
+    with trio.fail_after(5):
+        while not statuses or statuses[-1] == 200:
+            statuses.append(await http_status("127.0.0.1", port, "/healthz"))
+            await trio.sleep(0.02)
+    return statuses
+
+
+async def upgrade_status(port: int) -> int:
+    """The status line's code for a WebSocket upgrade of ``/v1/ws``."""
+    request = (
+        f"GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    with trio.fail_after(5):
+        async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            await stream.send_all(request.encode())
+            head = b""
+            while b"\r\n" not in head:
+                chunk = await stream.receive_some(4096)
+                assert chunk, head
+                head += chunk
+    return int(head.split(b" ", 2)[1])
 
 
 async def test_sigterm_closes_sessions_with_4503_exits_0_and_stops_postgres(
@@ -67,6 +97,15 @@ async def test_sigterm_closes_sessions_with_4503_exits_0_and_stops_postgres(
             assert seen[-1]["message"]["content"] == "before the shutdown"
 
             os.kill(proc.pid, signal.SIGTERM)
+            # The drain window: health checks get a clear 503 (not a refused
+            # connection) while the sessions are still open, and so does a new
+            # WebSocket upgrade.
+            statuses = await healthz_until_503(port)
+            assert statuses[-1] == 503, statuses
+            assert first.close_code is None
+            assert second.close_code is None
+            assert await upgrade_status(port) == 503
+            assert await http_status("127.0.0.1", port, "/healthz") == 503
             assert await first.wait_closed(EXIT_TIMEOUT) == CloseCode.DRAINING
             assert await second.wait_closed(EXIT_TIMEOUT) == CloseCode.DRAINING
             assert "node draining" in (first.close_reason or "")
