@@ -122,6 +122,7 @@ class ClusterRelay:
         self._hub = hub
         # Unique per process and per in-process node: a node ignores its own.
         self.origin = f"{node_id}.{secrets.token_hex(3)}"
+        self._own_prefix = '{"n":' + json.dumps(self.origin) + ","
         self._outgoing: list[str] = []
         self._outgoing_ready = trio.Event()
         self._jobs_in, self._jobs = trio.open_memory_channel[tuple[Any, ...]](math.inf)
@@ -299,6 +300,9 @@ class ClusterRelay:
                 parsed.append(job)
                 continue
             self.notifications_received += 1
+            if job[1].startswith(self._own_prefix):
+                # Every node hears its own NOTIFYs: skip them before parsing.
+                continue
             try:
                 data = json.loads(job[1])
             except ValueError:

@@ -11,6 +11,7 @@ explicit-context row opening one of the messages: nobody else can read it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +19,7 @@ from datetime import datetime
 from actors.model import StoredMessage
 from storage.errors import map_errors
 from storage.messages import MESSAGE_COLUMNS, message_from_row
-from storage.pg import TrioConnection
+from storage.pg import Prepared, TrioConnection
 from storage.visibility import READABLE_JOIN
 
 # Bound per candidate row: the predicate's text is shared, only its inputs differ.
@@ -160,7 +161,14 @@ async def message_seq(conn: TrioConnection, message_id: str) -> tuple[str, int] 
     return (row[0], int(row[1])) if row else None
 
 
-NOTIFY_MANY = "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p"
+# Prepared, parameters bound as text: the payloads travel as one JSON array
+# (a json.dumps call) rather than a text[] that psycopg adapts element by
+# element; json_array_elements_text keeps their order.
+NOTIFY_MANY = Prepared(
+    b"scopenode_notify_many_v1",
+    b"SELECT pg_notify($1::text, p) FROM json_array_elements_text($2::json) AS p",
+    (0, 0),
+)
 LISTENER_IDENTITY = "SELECT pg_backend_pid(), now()"
 DATABASE_NOW = "SELECT now()"
 
@@ -168,7 +176,12 @@ DATABASE_NOW = "SELECT now()"
 async def notify_many(conn: TrioConnection, channel: str, payloads: Sequence[str]) -> None:
     """One round trip for every queued notification (delivered at commit, in order)."""
     with map_errors():
-        await conn.execute(NOTIFY_MANY, (channel, list(payloads)))
+        params = (channel.encode(), json.dumps(payloads).encode())
+        if conn.autocommit:
+            await conn.run_prepared(NOTIFY_MANY, params)
+        else:
+            async with conn.transaction():
+                await conn.run_prepared(NOTIFY_MANY, params)
 
 
 async def listen(conn: TrioConnection, channel: str) -> tuple[int, datetime]:
