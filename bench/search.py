@@ -178,7 +178,7 @@ async def _queries(
                 parse(q), filters, {}, sort="recent", limit=20, after=None, raw=True
             )
             t = time.perf_counter()
-            await (await conn.execute(statement, params)).fetchall()
+            await (await conn.execute(statement, params, prepare=False)).fetchall()
             raw_t.append(time.perf_counter() - t)
             t = time.perf_counter()
             await client.search(q, limit=20)

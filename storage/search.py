@@ -48,21 +48,24 @@ class BadCursor(ValueError):
 
 # ------------------------------------------------------------------ the query
 
-# The predicate's per-scope parameters become per-row columns: the rights the
-# viewer holds in each candidate's scope, computed as scopes.viewer_for does.
-_ROW_RIGHTS = """
-CROSS JOIN LATERAL (
+# The predicate's per-scope parameters become columns of the viewer's candidate
+# scopes, computed once per scope as scopes.viewer_for does (not once per row:
+# the planner would plan that lookup again at every place the predicate uses it).
+_RIGHTS = """
+rights AS MATERIALIZED (
     SELECT
+        sc.id AS scope_id,
         NOT %(viewer_private)s AND EXISTS (
             SELECT 1 FROM scope_memberships x
-            WHERE x.scope_id = m.scope_id AND x.member_id = %(viewer_id)s
+            WHERE x.scope_id = sc.id AND x.member_id = %(viewer_id)s
               AND x.visibility = 'public' AND x.effective_to_seq IS NULL
         ) AS viewer_public,
         sc.type = 'thread' AS in_thread,
         CASE WHEN sc.parent_scope_id IS NULL THEN ARRAY[sc.id]
              ELSE ARRAY[sc.id, sc.parent_scope_id] END AS grant_scopes
-) sv
-"""
+    FROM scopes sc
+    WHERE sc.id IN (SELECT scope_id FROM scopes_in)
+)"""
 _PER_ROW = {
     "%(viewer_public)s": "sv.viewer_public",
     "%(in_thread)s": "sv.in_thread",
@@ -78,7 +81,7 @@ def _readable_per_row() -> str:
     return text
 
 
-READABLE_PER_ROW = _ROW_RIGHTS + _readable_per_row()
+READABLE_PER_ROW = _readable_per_row()
 
 # Scopes where the viewer could read anything at all: a superset the index scan
 # is narrowed to; the predicate decides each row. Private agents keep every
@@ -203,14 +206,14 @@ WHERE {" AND ".join(where)}
 ORDER BY {order}
 LIMIT %(limit)s"""
         return statement, params
-    where.append("d.scope_id IN (SELECT scope_id FROM scopes_in)")
     statement = f"""
-WITH {_SCOPES_IN}
+WITH {_SCOPES_IN},
+{_RIGHTS}
 SELECT {MESSAGE_COLUMNS}, {rank}
 FROM scope_message_search_docs d
+JOIN rights sv ON sv.scope_id = d.scope_id
 JOIN scope_messages m ON m.id = d.message_id
 JOIN members mem ON mem.id = m.author_member_id
-JOIN scopes sc ON sc.id = m.scope_id
 {READABLE_PER_ROW}
 WHERE {" AND ".join(where)}
   AND m.deleted_at IS NULL AND v.reason IS NOT NULL
@@ -270,7 +273,10 @@ async def search(
         parsed, filters, viewer_params, sort=sort, limit=limit, after=after
     )
     with map_errors():
-        cur = await conn.execute(statement, params)
+        # Never prepared: a generic plan cannot tell a rare word (GIN bitmap, then
+        # sort) from a common one (newest first, stop at the limit), and after a
+        # few executions PostgreSQL may keep one for every term.
+        cur = await conn.execute(statement, params, prepare=False)
         rows = await cur.fetchall()
     hits = [
         Hit(ReadableMessage(message_from_row(r), r[15], r[16]), float(r[-1])) for r in rows[:limit]
