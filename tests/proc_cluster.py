@@ -1,0 +1,257 @@
+"""Real node subprocesses behind a real HAProxy, and clients that survive them.
+
+What ``scopenode cluster up`` starts, but with handles a test needs: each
+node's process (to kill -9 or drain it by pid), its port (to connect
+directly), and the HAProxy process (to reload with ``-sf``). Everything
+started here is stopped here, by pid.
+
+:class:`ResumingClient` is a client as the library's users write one: it
+reconnects with jittered backoff, resumes from the last seq it saw, and
+retries an unanswered send with the same ``clientMessageId``. It records what
+a test needs to judge a failover: every acknowledged send, every seq it
+received (duplicates included), and when each connection was resumed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio_websocket
+
+from actors.model import MemberType
+from bench.nodeproc import stop_process, wait_healthy
+from node.client import ConnectionClosed, open_client
+from node.cluster_cli import find_haproxy, free_ports, haproxy_config
+from node.limits import RAISED_LIMITS_ENV
+from storage import directory, scopes
+from storage.pg import connect
+
+START_TIMEOUT = 60.0
+BACKOFF = (0.05, 0.3)  # seconds, jittered: reconnects of many clients do not align
+RECONNECT_ERRORS = (
+    ConnectionClosed,
+    OSError,
+    trio_websocket.HandshakeError,
+    trio_websocket.ConnectionClosed,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    trio.TooSlowError,
+)
+
+
+@dataclass
+class NodeProc:
+    name: str
+    port: int
+    process: trio.Process
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/ws"
+
+
+class ProcCluster:
+    """Nodes on one database and HAProxy in front (see module doc)."""
+
+    def __init__(self, database_url: str, run_dir: Path) -> None:
+        self.database_url = database_url
+        self.run_dir = run_dir
+        self.nodes: list[NodeProc] = []
+        self._next = 0
+        self.port = free_ports(1)[0]
+        self.proxies: list[trio.Process] = []
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/ws"
+
+    async def add_node(self) -> NodeProc:
+        i = self._next
+        self._next += 1  # before the first await: nodes may start concurrently
+        port = free_ports(1)[0]
+        command = [sys.executable, "-m", "node", "serve", "--host", "127.0.0.1"]
+        command += ["--port", str(port), "--data-dir", str(self.run_dir / f"node{i}")]
+        command += ["--database-url", self.database_url, "--node-id", f"node{i}"]
+        command += ["--log-level", "warning"]
+        with (self.run_dir / f"node{i}.log").open("ab") as log:
+            process = await trio.lowlevel.open_process(
+                command, stdout=log, stderr=log, env={**RAISED_LIMITS_ENV, **os.environ}
+            )
+        node = NodeProc(f"node{i}", port, process)
+        self.nodes.append(node)
+        await wait_healthy(f"ws://127.0.0.1:{port}", process, START_TIMEOUT)
+        return node
+
+    async def start_proxy(self) -> None:
+        """Write the configuration for the current nodes and start HAProxy, or
+        reload it (``-sf``: the old process keeps its established tunnels)."""
+        haproxy = find_haproxy()
+        assert haproxy is not None
+        config = self.run_dir / "haproxy.cfg"
+        ports = [n.port for n in self.nodes]
+        config.write_text(haproxy_config("127.0.0.1", self.port, ports))
+        command = [haproxy, "-db", "-f", str(config)]
+        if self.proxies:
+            command += ["-sf", str(self.proxies[-1].pid)]
+        with (self.run_dir / "haproxy.log").open("ab") as log:
+            proxy = await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL, stderr=log)
+        self.proxies.append(proxy)
+        await wait_healthy(f"ws://127.0.0.1:{self.port}", proxy, START_TIMEOUT)
+
+    def kill(self, node: NodeProc) -> None:
+        os.kill(node.process.pid, signal.SIGKILL)
+
+    async def stop(self) -> None:
+        for proxy in reversed(self.proxies):
+            await stop_process(proxy)
+        async with trio.open_nursery() as nursery:
+            for node in self.nodes:
+                nursery.start_soon(stop_process, node.process)
+
+
+@asynccontextmanager
+async def proc_cluster(database_url: str, run_dir: Path, count: int) -> AsyncIterator[ProcCluster]:
+    cluster = ProcCluster(database_url, run_dir)
+    try:
+        # The first node founds the demo workspace alone.
+        await cluster.add_node()
+        async with trio.open_nursery() as nursery:
+            for _ in range(count - 1):
+                nursery.start_soon(cluster.add_node)
+        await cluster.start_proxy()
+        yield cluster
+    finally:
+        with trio.CancelScope(shield=True):
+            await cluster.stop()
+
+
+@dataclass
+class Team:
+    workspace_id: str
+    tokens: list[str]
+    general: str
+
+
+async def make_team(database_url: str, name: str, people: int) -> Team:
+    """A workspace whose ``people`` humans all are in its ``#general``."""
+    async with await connect(database_url, autocommit=True) as conn:
+        workspace_id = await directory.create_workspace(conn, name)
+        tokens = []
+        for i in range(people):
+            member = await directory.create_member(
+                conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle=f"p{i}"
+            )
+            await scopes.join_on_creation(conn, member)
+            tokens.append(await directory.issue_token(conn, member.id))
+        general = await scopes.channel_by_slug(conn, workspace_id, "general")
+        assert general is not None
+    return Team(workspace_id, tokens, general)
+
+
+@dataclass
+class ResumingClient:
+    """One member's session through ``url``, kept alive across node failures."""
+
+    url: str
+    token: str
+    scope_id: str
+    name: str
+    received: list[int] = field(default_factory=list)
+    acked: dict[str, int] = field(default_factory=dict)  # clientMessageId -> seq
+    nodes: list[str] = field(default_factory=list)  # the node of each connection
+    resumed_at: list[float] = field(default_factory=list)
+    dropped_at: list[float] = field(default_factory=list)
+    connected: trio.Event = field(default_factory=trio.Event)
+    sends_done: int = 0
+    pending: str | None = None  # a send whose reply never came
+    errors: list[str] = field(default_factory=list)
+    until: int | None = None  # the test sets the seq to receive before leaving
+
+    @property
+    def node(self) -> str | None:
+        return self.nodes[-1] if self.nodes else None
+
+    async def run(self, sends: int, interval: float, deadline: float) -> None:
+        """Send ``sends`` messages ``interval`` apart and keep receiving, until
+        every send is acknowledged and :attr:`until` is received, or ``deadline``
+        (trio time)."""
+        with trio.move_on_at(deadline):
+            while not self._finished(sends):
+                try:
+                    await self._connection(sends, interval)
+                except* RECONNECT_ERRORS as group:
+                    # The node or the proxy went away: reconnect and resume.
+                    self.errors.extend(repr(e) for e in group.exceptions)
+                self.dropped_at.append(trio.current_time())
+                await trio.sleep(random.uniform(*BACKOFF))
+
+    def _finished(self, sends: int) -> bool:
+        return (
+            self.sends_done >= sends
+            and self.until is not None
+            and max(self.received, default=0) >= self.until
+        )
+
+    async def _connection(self, sends: int, interval: float) -> None:
+        resume = {self.scope_id: self.received[-1]} if self.received else None
+        async with open_client(self.url, self.token, resume=resume, connect_timeout=5) as client:
+            self.nodes.append(str(client.welcome["nodeId"]))
+            self.connected.set()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._receive, client, resume is not None)
+                while self.sends_done < sends:
+                    cmid = self.pending or f"{self.name}-{self.sends_done}"
+                    self.pending = cmid
+                    reply = await client.send("#general", f"{cmid}", clientMessageId=cmid)
+                    assert reply["state"] in ("sent", "already_sent"), reply
+                    self.acked[cmid] = int(reply["acceptedSeq"])
+                    self.pending = None
+                    self.sends_done += 1
+                    await trio.sleep(interval)
+                while not self._finished(sends):
+                    await trio.sleep(0.02)
+                nursery.cancel_scope.cancel()
+
+    async def _receive(self, client: Any, resuming: bool) -> None:
+        if not resuming:
+            self.resumed_at.append(trio.current_time())
+        while True:
+            event = await client.next_event()
+            if event["type"] == "message" and event["scopeId"] == self.scope_id:
+                self.received.append(int(event["message"]["seq"]))
+            elif event["type"] == "resumed":
+                state = event["scopes"].get(self.scope_id, {})
+                assert not state.get("hasMore"), event
+                self.resumed_at.append(trio.current_time())
+
+
+def gaps_and_duplicates(seqs: list[int]) -> tuple[list[int], list[int]]:
+    """(missing seqs below the highest, seqs received more than once)."""
+    seen: set[int] = set()
+    duplicates = []
+    for seq in seqs:
+        if seq in seen:
+            duplicates.append(seq)
+        seen.add(seq)
+    missing = [s for s in range(1, max(seqs, default=0) + 1) if s not in seen]
+    return missing, duplicates
+
+
+async def scope_history(database_url: str, scope_id: str) -> dict[int, str | None]:
+    """seq -> clientMessageId of every stored message of the scope."""
+    async with await connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT seq, client_message_id FROM scope_messages WHERE scope_id = %s ORDER BY seq",
+            (scope_id,),
+        )
+        return {int(row[0]): row[1] for row in await cur.fetchall()}
