@@ -102,6 +102,13 @@ scopes_in AS (
 )"""
 
 
+# A workspace being built yields no hits, so a page with hits needs no separate
+# readiness round trip; only an empty one asks (is_ready()).
+_BUILDING = """
+SELECT 1 FROM scope_message_search_state st
+WHERE st.workspace_id = %(workspace_id)s AND st.scope_key = '*' AND NOT st.read_ready"""
+
+
 @dataclass(frozen=True, slots=True)
 class Filters:
     workspace_id: str
@@ -217,6 +224,7 @@ JOIN members mem ON mem.id = m.author_member_id
 {READABLE_PER_ROW}
 WHERE {" AND ".join(where)}
   AND m.deleted_at IS NULL AND v.reason IS NOT NULL
+  AND NOT EXISTS ({_BUILDING})
 ORDER BY {order}
 LIMIT %(limit)s"""
     return statement, params
@@ -266,7 +274,8 @@ async def search(
     limit: int = 20,
     cursor: str | None = None,
 ) -> Results:
-    """One page of readable hits, newest (or best ranked) first."""
+    """One page of readable hits, newest (or best ranked) first; none while the
+    workspace is being built (:func:`is_ready` tells an empty page from that)."""
     fingerprint = _fingerprint(query, filters, sort)
     after = decode_cursor(cursor, fingerprint, sort) if cursor else None
     statement, params = build_query(

@@ -28,10 +28,6 @@ async def search(ctx: Context, request: Search) -> dict[str, Any]:
     # The per-scope rights are evaluated per row by the statement itself.
     viewer = Viewer(member, public_reader=False, grant_scopes=()).params()
     async with ctx.services.pool.connection() as conn:
-        if not await index.is_ready(conn, member.workspace_id):
-            raise OperationError(
-                ErrorCode.SEARCH_UNAVAILABLE, "the search index of this workspace is being built"
-            )
         try:
             results = await index.search(
                 conn,
@@ -45,6 +41,12 @@ async def search(ctx: Context, request: Search) -> dict[str, Any]:
             )
         except index.BadCursor as exc:
             raise OperationError(ErrorCode.VALIDATION_FAILED, str(exc), path="$.cursor") from None
+        # The statement finds nothing in a workspace being built: only an empty
+        # page pays the readiness lookup.
+        if not results.hits and not await index.is_ready(conn, member.workspace_id):
+            raise OperationError(
+                ErrorCode.SEARCH_UNAVAILABLE, "the search index of this workspace is being built"
+            )
     hits = []
     for hit in results.hits:
         message = hit.readable.message
