@@ -120,7 +120,9 @@ class ProcCluster:
 
 
 @asynccontextmanager
-async def proc_cluster(database_url: str, run_dir: Path, count: int) -> AsyncIterator[ProcCluster]:
+async def proc_cluster(
+    database_url: str, run_dir: Path, count: int, *, proxy: bool = True
+) -> AsyncIterator[ProcCluster]:
     cluster = ProcCluster(database_url, run_dir)
     try:
         # The first node founds the demo workspace alone.
@@ -128,7 +130,8 @@ async def proc_cluster(database_url: str, run_dir: Path, count: int) -> AsyncIte
         async with trio.open_nursery() as nursery:
             for _ in range(count - 1):
                 nursery.start_soon(cluster.add_node)
-        await cluster.start_proxy()
+        if proxy:
+            await cluster.start_proxy()
         yield cluster
     finally:
         with trio.CancelScope(shield=True):
@@ -247,11 +250,12 @@ def gaps_and_duplicates(seqs: list[int]) -> tuple[list[int], list[int]]:
     return missing, duplicates
 
 
-async def scope_history(database_url: str, scope_id: str) -> dict[int, str | None]:
-    """seq -> clientMessageId of every stored message of the scope."""
+async def scope_history(database_url: str, scope_id: str) -> dict[int, str]:
+    """seq -> clientMessageId of every stored message of the scope (all come
+    from clients here, so every one has an id)."""
     async with await connect(database_url, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT seq, client_message_id FROM scope_messages WHERE scope_id = %s ORDER BY seq",
             (scope_id,),
         )
-        return {int(row[0]): row[1] for row in await cur.fetchall()}
+        return {int(row[0]): str(row[1]) for row in await cur.fetchall()}

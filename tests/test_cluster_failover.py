@@ -44,7 +44,7 @@ WARM_ACKS = 8  # every client has this many acknowledged sends before the kill
 RESUME_WITHIN = 10.0
 
 
-def check_team(team: Team, clients: list[ResumingClient], history: dict[int, str | None]) -> None:
+def check_team(team: Team, clients: list[ResumingClient], history: dict[int, str]) -> None:
     """Every acknowledged send stored once at its seq, seqs gap-free, and every
     client saw every seq once, in order."""
     latest = max(history)
