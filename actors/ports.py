@@ -86,6 +86,20 @@ class ReactionOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class ReactionWrite:
+    """One decided reaction of a group the actor writes in one statement."""
+
+    op: str  # "add" | "remove"
+    reactor: Member
+    message_id: str
+    emoji: str
+    # The reactor holds a current public membership (the readable predicate's
+    # ``viewer_public``).
+    public_reader: bool
+    wake: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class ReactionActivity:
     """A committed reaction change, as its readers learn of it (``reaction``)."""
 
@@ -168,22 +182,19 @@ class ScopeStore(Protocol):
     async def apply_mutation(self, plan: MutationPlan) -> CommittedMutation | MutationConflict:
         """Write an edit or delete; raises FenceLost when the roster moved."""
 
-    async def react(
+    async def react_many(
         self,
-        op: str,
-        reactor: Member,
         scope_id: str,
-        message_id: str,
-        emoji: str,
-        *,
         generation: int,
-        public_reader: bool,
+        writes: Sequence[ReactionWrite],
+        *,
         grant_scopes: tuple[str, ...],
         in_thread: bool,
-        wake: frozenset[str],
-    ) -> ReactionOutcome:
-        """Add or remove one reaction if the reactor reads the message and the
-        roster is still at ``generation``; never touches ``latest_seq``."""
+    ) -> list[ReactionOutcome]:
+        """Add or remove reactions on distinct messages in one statement, each
+        only if its reactor reads the message, all only if the roster is still
+        at ``generation``; never touches ``latest_seq``. One outcome per write,
+        in order."""
 
 
 class Publisher(Protocol):

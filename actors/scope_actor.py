@@ -49,6 +49,7 @@ from actors.ports import (
     Publisher,
     ReactionActivity,
     ReactionOutcome,
+    ReactionWrite,
     ScopeStore,
 )
 from actors.scope_state import (
@@ -321,12 +322,7 @@ class ScopeActor:
             for cmd in reacts:
                 cmd.reply(_unavailable("scope actor is reloading; retry"))
             return False
-        for index, cmd in enumerate(reacts):
-            if not await self._process_react(cmd):
-                for rest in reacts[index + 1 :]:
-                    rest.reply(_unavailable("scope state could not be loaded; retry"))
-                return False
-        return True
+        return not reacts or await self._process_reacts(reacts)
 
     async def _process_ordered(self, batch: list[Command]) -> bool:
         """Run sends and roster changes in arrival order."""
@@ -712,82 +708,107 @@ class ScopeActor:
 
     # ------------------------------------------------------------ reactions
 
-    async def _process_react(self, cmd: ReactCommand) -> bool:
-        """Decide on the cached roster, write in one fenced statement, then push.
+    async def _process_reacts(self, cmds: list[ReactCommand]) -> bool:
+        """Decide on the cached roster, write in fenced group statements, then push.
 
-        The statement checks the scope's ``roster_generation`` is still the
+        Each statement checks the scope's ``roster_generation`` is still the
         cache's (the viewer parameters come from it) and the SQL readable
-        predicate on the message; a generation miss reloads and tries again.
-        False only when the scope could not be loaded.
+        predicate on each message; a generation miss reloads and tries the
+        rest again. The queued reactions go in as few statements as keep each
+        message to one row per statement, in arrival order, so every answer
+        is the one a statement per reaction would give. False only when the
+        scope could not be loaded.
         """
+        pending = cmds
         for attempt in range(COMMIT_ATTEMPTS):
             if self.stale and not await self._reload():
-                cmd.reply(_unavailable("scope state could not be loaded; retry"))
-                return False
+                return _fail_reacts(pending, "scope state could not be loaded; retry")
             state = self.state
             assert state is not None
-            decision = can_react(state.visibility, cmd.reactor)
-            if not decision and attempt == 0:
+            if attempt == 0 and any(not can_react(state.visibility, c.reactor) for c in pending):
                 # The cache may be behind a join on another node: a refusal is
                 # decided on the database's roster.
                 if not await self._fresh_for_roster(state):
-                    cmd.reply(_unavailable("scope state could not be loaded; retry"))
-                    return False
+                    return _fail_reacts(pending, "scope state could not be loaded; retry")
                 state = self.state
                 assert state is not None
+            allowed: list[ReactCommand] = []
+            for cmd in pending:
                 decision = can_react(state.visibility, cmd.reactor)
-            if not decision:
-                cmd.reply(_react_forbidden(decision.reason))
-                return True
-            try:
-                outcome = await self._store.react(
-                    cmd.op,
-                    cmd.reactor,
-                    self.scope_id,
-                    cmd.message_id,
-                    cmd.emoji,
-                    generation=state.roster_generation,
-                    public_reader=_public_reader(state, cmd.reactor),
-                    grant_scopes=_grant_scopes(state),
-                    in_thread=state.thread is not None,
-                    wake=_wake_candidates(state, cmd.reactor),
-                )
-            except Exception as exc:
-                if isinstance(exc, trio.Cancelled):
-                    raise
-                log.warning("scope_reaction_failed", op=cmd.op, error=repr(exc))
-                cmd.reply(_unavailable("the reaction was not stored; retry"))
-                return True
-            if not outcome.fenced:
-                if not await self._reload():
-                    cmd.reply(_unavailable("scope state could not be loaded; retry"))
-                    return False
-                continue
-            if not outcome.found:
-                cmd.reply(
-                    OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
-                )
-            elif not outcome.readable:
-                cmd.reply(_react_forbidden("message_not_readable"))
-            elif not outcome.room:
-                cmd.reply(
-                    OperationError(
-                        ErrorCode.VALIDATION_FAILED,
-                        "a message carries at most 20 distinct reactions",
-                        path="$.emoji",
-                        details={"reason": "too_many_distinct_emoji"},
-                    )
-                )
-            else:
+                if decision:
+                    allowed.append(cmd)
+                else:
+                    cmd.reply(_react_forbidden(decision.reason))
+            pending = []
+            groups = _one_per_message(allowed)
+            for index, group in enumerate(groups):
+                outcomes = await self._write_reacts(state, group)
+                if outcomes is None:
+                    continue
+                if not outcomes[0].fenced:
+                    # One fence for the scope: this group and the later ones retry.
+                    pending = [cmd for rest in groups[index:] for cmd in rest]
+                    break
                 with self._publisher.batch():
-                    cmd.reply({"changed": outcome.changed})
-                    if outcome.changed:
-                        self._publisher.publish_reaction(
-                            self._reaction_activity(state, cmd, outcome)
-                        )
-            return True
-        cmd.reply(_unavailable("could not react after concurrent roster changes; retry"))
+                    for cmd, outcome in zip(group, outcomes, strict=True):
+                        self._answer_react(state, cmd, outcome)
+            if not pending:
+                return True
+            if not await self._reload():
+                return _fail_reacts(pending, "scope state could not be loaded; retry")
+        for cmd in pending:
+            cmd.reply(_unavailable("could not react after concurrent roster changes; retry"))
         return True
+
+    async def _write_reacts(
+        self, state: ScopeState, group: list[ReactCommand]
+    ) -> list[ReactionOutcome] | None:
+        """One statement for ``group``; None (each told to retry) when it failed."""
+        writes = [
+            ReactionWrite(
+                op=cmd.op,
+                reactor=cmd.reactor,
+                message_id=cmd.message_id,
+                emoji=cmd.emoji,
+                public_reader=_public_reader(state, cmd.reactor),
+                wake=_wake_candidates(state, cmd.reactor),
+            )
+            for cmd in group
+        ]
+        try:
+            return await self._store.react_many(
+                self.scope_id,
+                state.roster_generation,
+                writes,
+                grant_scopes=_grant_scopes(state),
+                in_thread=state.thread is not None,
+            )
+        except Exception as exc:
+            if isinstance(exc, trio.Cancelled):
+                raise
+            log.warning("scope_reaction_failed", count=len(group), error=repr(exc))
+            for cmd in group:
+                cmd.reply(_unavailable("the reaction was not stored; retry"))
+            return None
+
+    def _answer_react(self, state: ScopeState, cmd: ReactCommand, outcome: ReactionOutcome) -> None:
+        if not outcome.found:
+            cmd.reply(OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId"))
+        elif not outcome.readable:
+            cmd.reply(_react_forbidden("message_not_readable"))
+        elif not outcome.room:
+            cmd.reply(
+                OperationError(
+                    ErrorCode.VALIDATION_FAILED,
+                    "a message carries at most 20 distinct reactions",
+                    path="$.emoji",
+                    details={"reason": "too_many_distinct_emoji"},
+                )
+            )
+        else:
+            cmd.reply({"changed": outcome.changed})
+            if outcome.changed:
+                self._publisher.publish_reaction(self._reaction_activity(state, cmd, outcome))
 
     def _reaction_activity(
         self, state: ScopeState, cmd: ReactCommand, outcome: ReactionOutcome
@@ -917,6 +938,25 @@ def _react_forbidden(reason: str) -> OperationError:
         "you cannot react to this message",
         details={"reason": reason},
     )
+
+
+def _one_per_message(cmds: list[ReactCommand]) -> list[list[ReactCommand]]:
+    """Consecutive runs of ``cmds`` naming each message at most once."""
+    groups: list[list[ReactCommand]] = []
+    seen: set[str] = set()
+    for cmd in cmds:
+        if not groups or cmd.message_id in seen:
+            groups.append([])
+            seen = set()
+        groups[-1].append(cmd)
+        seen.add(cmd.message_id)
+    return groups
+
+
+def _fail_reacts(cmds: list[ReactCommand], message: str) -> bool:
+    for cmd in cmds:
+        cmd.reply(_unavailable(message))
+    return False
 
 
 def _public_reader(state: ScopeState, member: Member) -> bool:

@@ -17,11 +17,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from actors.ids import new_id
 from actors.model import Member
-from actors.ports import ReactionOutcome
+from actors.ports import ReactionOutcome, ReactionWrite
 from storage.errors import map_errors
-from storage.pg import TrioConnection
+from storage.pg import Prepared, TrioConnection
 from storage.visibility import READABLE_JOIN, Viewer
 
 # Distinct emoji one message may carry (the 21st is refused).
@@ -104,6 +106,144 @@ suppressed AS (
     + _OUTCOME.format(room="true", changed="removed")
 )
 
+# The reactions queued on one scope's actor, as ONE statement: one bind, one
+# round trip, one commit for all of them. Each row carries its own reactor,
+# so the readable predicate reads the viewer from the row instead of from
+# parameters (the grant scopes and the thread flag are the scope's). The
+# caller gives at most one row per message: then every row's cap count and
+# write are independent of the others' and the outcomes are exactly those of
+# the single statements run one after another.
+_ROW_VIEWER = {
+    "%(viewer_id)s": "q.member_id",
+    "%(viewer_public)s": "q.viewer_public",
+    "%(viewer_private)s": "q.viewer_private",
+    "%(owner_id)s": "q.owner_id",
+}
+_ROW_READABLE = READABLE_JOIN
+for _name, _column in _ROW_VIEWER.items():
+    _ROW_READABLE = _ROW_READABLE.replace(_name, _column)
+
+REACT_GROUP = f"""
+WITH q AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS q(
+        ord integer, op text, message_id text, member_id text, emoji text,
+        viewer_public boolean, viewer_private boolean, owner_id text,
+        event_id text, ref_id text, wake jsonb)
+),
+fence AS (
+    SELECT 1 FROM scopes WHERE id = %(scope_id)s AND roster_generation = %(generation)s
+),
+target AS (
+    SELECT q.ord, q.op, q.member_id, q.emoji, q.event_id, q.ref_id, q.wake,
+           m.id, m.workspace_id, m.scope_id, m.author_member_id, m.seq, m.created_at, v.reason
+    FROM q
+    JOIN scope_messages m ON m.id = q.message_id AND m.scope_id = %(scope_id)s
+    {_ROW_READABLE}
+    WHERE EXISTS (SELECT 1 FROM fence)
+),
+room AS (
+    SELECT t.ord, EXISTS (
+        SELECT 1 FROM scope_message_reactions x WHERE x.message_id = t.id AND x.emoji = t.emoji
+    ) OR (
+        SELECT count(DISTINCT x.emoji) FROM scope_message_reactions x WHERE x.message_id = t.id
+    ) < {MAX_DISTINCT_EMOJI} AS ok
+    FROM target t WHERE t.op = 'add'
+),
+added AS (
+    INSERT INTO scope_message_reactions (scope_id, message_id, member_id, emoji)
+    SELECT t.scope_id, t.id, t.member_id, t.emoji FROM target t JOIN room USING (ord)
+    WHERE t.reason IS NOT NULL AND room.ok
+    ON CONFLICT DO NOTHING
+    RETURNING message_id
+),
+activity AS (
+    INSERT INTO scope_activity_events (
+        id, workspace_id, scope_id, activity_type, activity_ref_type, activity_ref_id,
+        activity_global_seq, source_message_id, actor_member_id, reason, payload
+    )
+    SELECT t.event_id, t.workspace_id, t.scope_id, 'reaction_add', 'reaction', t.ref_id,
+           nextval('scope_activity_global_seq'), t.id, t.member_id,
+           CASE WHEN t.wake ? t.author_member_id THEN 'author_auto_wake' ELSE 'reaction' END,
+           jsonb_build_object('emoji', t.emoji)
+    FROM added a JOIN target t ON t.id = a.message_id
+),
+removed AS (
+    DELETE FROM scope_message_reactions x USING target t
+    WHERE t.op = 'remove' AND t.reason IS NOT NULL AND x.message_id = t.id
+      AND x.member_id = t.member_id AND x.emoji = t.emoji
+    RETURNING x.message_id
+),
+suppressed AS (
+    UPDATE scope_activity_events e SET suppressed_at = now()
+    FROM removed x JOIN target t ON t.id = x.message_id
+    WHERE e.activity_ref_type = 'reaction' AND e.activity_ref_id = t.ref_id
+      AND e.suppressed_at IS NULL
+)
+SELECT q.ord, EXISTS (SELECT 1 FROM fence), t.id IS NOT NULL, t.reason, t.author_member_id,
+       t.seq, t.created_at, COALESCE(room.ok, true),
+       EXISTS (SELECT 1 FROM added a WHERE a.message_id = q.message_id)
+       OR EXISTS (SELECT 1 FROM removed x WHERE x.message_id = q.message_id)
+FROM q LEFT JOIN target t ON t.ord = q.ord LEFT JOIN room ON room.ord = q.ord
+ORDER BY q.ord
+"""
+
+# Parameter types (OIDs) of the prepared statements; text is left to the
+# server's inference (0), as psycopg sends it.
+_UNKNOWN, _BOOL, _INT8, _INT4, _TEXT_ARRAY = 0, 16, 20, 23, 1009
+_TYPES = {
+    "in_thread": _BOOL,
+    "viewer_id": _UNKNOWN,
+    "viewer_public": _BOOL,
+    "viewer_private": _BOOL,
+    "owner_id": _UNKNOWN,
+    "grant_scopes": _TEXT_ARRAY,
+    "scope_id": _UNKNOWN,
+    "generation": _INT8,
+    "message_id": _UNKNOWN,
+    "member_id": _UNKNOWN,
+    "emoji": _UNKNOWN,
+    "max_emoji": _INT4,
+    "event_id": _UNKNOWN,
+    "ref_id": _UNKNOWN,
+    "wake": _TEXT_ARRAY,
+    "rows": _UNKNOWN,
+}
+_ADD, _ADD_NAMES = Prepared.from_named("scopenode_react_add_v1", REACT_ADD, _TYPES)
+_REMOVE, _REMOVE_NAMES = Prepared.from_named("scopenode_react_remove_v1", REACT_REMOVE, _TYPES)
+_GROUP, _GROUP_NAMES = Prepared.from_named("scopenode_react_group_v1", REACT_GROUP, _TYPES)
+_encoder = msgspec.json.Encoder()
+
+
+def _text(value: object) -> bytes | None:
+    """A parameter in PostgreSQL's text format (the types above)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, list | tuple | frozenset):
+        quoted = ('"' + str(item).replace("\\", "\\\\").replace('"', '\\"') + '"' for item in value)
+        return ("{" + ",".join(quoted) + "}").encode()
+    raise TypeError(f"no text form for {type(value).__name__}")
+
+
+def _outcome(row: Sequence[Any]) -> ReactionOutcome:
+    fenced, found, reason, author_id, seq, created_at, room, changed = row
+    return ReactionOutcome(
+        fenced=bool(fenced),
+        found=bool(found),
+        readable=reason is not None,
+        room=bool(room),
+        changed=bool(changed),
+        author_id=author_id,
+        seq=seq,
+        created_at=created_at,
+    )
+
+
 # Summaries of many messages in one round trip, ordered by first reaction.
 # Who may see whose reaction is the rule of actors.policy.sees_reaction: a
 # private agent's reaction only by itself and its owner; a private agent
@@ -169,21 +309,58 @@ async def react(
     activity row target them (``reason`` ``author_auto_wake``).
     """
     params = react_params(viewer, scope_id, generation, message_id, emoji, wake)
+    stmt, names = (_ADD, _ADD_NAMES) if op == "add" else (_REMOVE, _REMOVE_NAMES)
     with map_errors():
-        cur = await conn.execute(REACT_ADD if op == "add" else REACT_REMOVE, params)
-        row = await cur.fetchone()
-    assert row is not None
-    fenced, found, reason, author_id, seq, created_at, room, changed = row
-    return ReactionOutcome(
-        fenced=bool(fenced),
-        found=bool(found),
-        readable=reason is not None,
-        room=bool(room),
-        changed=bool(changed),
-        author_id=author_id,
-        seq=seq,
-        created_at=created_at,
-    )
+        rows = await conn.run_prepared(stmt, [_text(params[name]) for name in names])
+    return _outcome(rows[0])
+
+
+async def react_many(
+    conn: TrioConnection,
+    scope_id: str,
+    generation: int,
+    writes: Sequence[ReactionWrite],
+    *,
+    grant_scopes: tuple[str, ...],
+    in_thread: bool,
+) -> list[ReactionOutcome]:
+    """Write reactions on distinct messages of one scope in one statement
+    (autocommit); one outcome per write, in order."""
+    if len({w.message_id for w in writes}) != len(writes):
+        raise ValueError("react_many: at most one reaction per message")
+    rows = []
+    for ord_, w in enumerate(writes):
+        member = w.reactor
+        rows.append(
+            {
+                "ord": ord_,
+                "op": w.op,
+                "message_id": w.message_id,
+                "member_id": member.id,
+                "emoji": w.emoji,
+                "viewer_public": w.public_reader,
+                "viewer_private": member.is_private_agent,
+                "owner_id": member.owner_member_id if member.is_private_agent else None,
+                "event_id": new_id("act"),
+                "ref_id": reaction_ref(w.message_id, member.id, w.emoji),
+                "wake": sorted(w.wake),
+            }
+        )
+    params = {
+        "rows": _encoder.encode(rows),
+        "scope_id": scope_id,
+        "generation": generation,
+        "in_thread": in_thread,
+        "grant_scopes": grant_scopes,
+    }
+    encoded = [
+        value if isinstance(value, bytes) else _text(value)
+        for value in (params[name] for name in _GROUP_NAMES)
+    ]
+    with map_errors():
+        found = await conn.run_prepared(_GROUP, encoded)
+    assert [row[0] for row in found] == list(range(len(writes)))
+    return [_outcome(row[1:]) for row in found]
 
 
 @dataclass(frozen=True, slots=True)

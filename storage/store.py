@@ -12,13 +12,13 @@ from actors.ports import (
     MutationConflict,
     MutationTarget,
     ReactionOutcome,
+    ReactionWrite,
     RosterChange,
 )
 from actors.scope_state import RECENT_TAIL
 from storage import applier, messages, mutations, reactions, scopes
 from storage.group_commit import GroupCommitter
 from storage.pg import Pool
-from storage.visibility import Viewer
 
 
 class PgScopeStore:
@@ -75,24 +75,18 @@ class PgScopeStore:
         async with self._pool.connection() as conn:
             return await scopes.set_notification(conn, scope_id, member_id, state)
 
-    async def react(
+    async def react_many(
         self,
-        op: str,
-        reactor: Member,
         scope_id: str,
-        message_id: str,
-        emoji: str,
-        *,
         generation: int,
-        public_reader: bool,
+        writes: Sequence[ReactionWrite],
+        *,
         grant_scopes: tuple[str, ...],
         in_thread: bool,
-        wake: frozenset[str],
-    ) -> ReactionOutcome:
-        viewer = Viewer(reactor, public_reader, grant_scopes, in_thread)
+    ) -> list[ReactionOutcome]:
         async with self._pool.connection() as conn:
-            return await reactions.react(
-                conn, op, viewer, scope_id, generation, message_id, emoji, wake
+            return await reactions.react_many(
+                conn, scope_id, generation, writes, grant_scopes=grant_scopes, in_thread=in_thread
             )
 
     async def mutation_target(self, scope_id: str, message_id: str) -> MutationTarget | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from actors.model import MemberType
 from actors.policy import reaction_emoji_error
@@ -140,6 +141,51 @@ async def test_reactions_counts_events_and_activity(database_url: str, tmp_path:
                 ("👍", 1),
                 (":tada:", 1),
             ]
+
+
+async def test_queued_reactions_answer_as_one_by_one(database_url: str, tmp_path: Path) -> None:
+    """Reactions queued together on the actor are written in group statements:
+    the cap and every ``changed`` are still those of one statement per reaction."""
+    async with running_node(database_url, tmp_path) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        bob = await world.member("bob")
+        async with world.client(ann) as a, world.client(bob) as b:
+            await make_channel(a, "c", b)
+            crowded = (await a.send("#c", "crowded"))["messageId"]
+            shared = (await a.send("#c", "shared"))["messageId"]
+            other = (await a.send("#c", "other"))["messageId"]
+            answers: list[tuple[str, str, str]] = []
+
+            async def react(client: Client, name: str, message_id: str, emoji: str) -> None:
+                try:
+                    result = await client.react(message_id, emoji)
+                    answers.append((name, message_id, str(result["changed"])))
+                except ClientError as error:
+                    answers.append((name, message_id, str(error.code)))
+
+            async with trio.open_nursery() as nursery:
+                for emoji in TWENTY:
+                    nursery.start_soon(react, a, "ann", crowded, emoji)
+                for client, name in ((a, "ann"), (b, "bob")):
+                    for message_id in (shared, shared, other):
+                        nursery.start_soon(react, client, name, message_id, "👍")
+            assert sorted(r for _, m, r in answers if m == crowded) == [
+                *["True"] * 20,
+                "validation_failed",
+            ]
+            for name in ("ann", "bob"):
+                assert sorted(r for n, m, r in answers if n == name and m == shared) == [
+                    "False",
+                    "True",
+                ]
+                assert [r for n, m, r in answers if n == name and m == other] == ["True"]
+            assert len(await activity_rows(database_url, crowded)) == 20
+            assert sorted(row[0] for row in await activity_rows(database_url, shared)) == sorted(
+                [ann.id, bob.id]
+            )
+            shown = await history_message(a, "#c", crowded)
+            assert len(shown["reactions"]) == 20
 
 
 async def test_who_may_react(database_url: str, tmp_path: Path) -> None:
