@@ -109,11 +109,6 @@ class Outbound:
         """Queue framed bytes (text or control frames); never blocks."""
         if self.closed or self.broken or self._closing is not None:
             return
-        if _holding is not None:
-            if not self._held:
-                _holding.append(self)
-            self._held.append(data)
-            return
         if not self._writer_running:
             rest = self._write_now(data)
             if not rest:
