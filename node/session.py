@@ -16,6 +16,7 @@ import trio
 from actors.model import Member
 from node import ops
 from node.limits import TokenBucket, rate_limited
+from node.ops.context import REPLIED
 from node.ops.messages import submit_send
 from node.outbound import Outbound
 from node.services import Services
@@ -280,7 +281,8 @@ class Session:
             log.exception("request_failed", op=request.__struct_config__.tag, error=repr(exc))
             self._error(request.id, ErrorCode.INTERNAL, "internal error")
         else:
-            self.reply(request.id, str(request.__struct_config__.tag), result)
+            if result is not REPLIED:
+                self.reply(request.id, str(request.__struct_config__.tag), result)
         finally:
             self._inflight.release()
 

@@ -8,7 +8,8 @@ the scope's ``roster_generation`` must still be the one the actor decided on
 (the viewer parameters come from its cached roster), and the write happens
 only when both hold. ``add`` also writes the ``reaction_add`` row of
 ``scope_activity_events``; ``remove`` deletes the reaction and suppresses its
-activity rows that are still live.
+activity rows that are still live. The actor writes the reactions queued on
+it with :data:`REACT_GROUP`, the same statement for many messages at once.
 """
 
 from __future__ import annotations

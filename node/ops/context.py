@@ -39,6 +39,16 @@ class Context(Protocol):
     def push(self, payload: bytes) -> None: ...
 
 
+class Replied:
+    """What a handler returns when it has pushed its reply itself."""
+
+
+# A handler whose answer is decided in an actor pushes it from there: the
+# reply leaves at once, ahead of the events the same commit publishes,
+# instead of after the handler's task is next scheduled.
+REPLIED = Replied()
+
+
 def member_of(ctx: Context) -> Member:
     member = ctx.member
     if member is None:

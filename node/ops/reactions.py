@@ -11,15 +11,15 @@ to the actor.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
 
 import trio
 
 from actors.policy import reaction_emoji_error
 from actors.scope_actor import ReactCommand
-from node.ops.context import Context, member_of
+from node.ops.context import REPLIED, Context, Replied, member_of
+from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
-from protocol.frames import React
+from protocol.frames import React, Reply
 from storage import reactions
 
 HOMES_REMEMBERED = 50_000
@@ -41,7 +41,7 @@ async def message_home(ctx: Context, message_id: str) -> tuple[str, str] | None:
     return home
 
 
-async def react(ctx: Context, request: React) -> dict[str, Any]:
+async def react(ctx: Context, request: React) -> Replied:
     member = member_of(ctx)
     error = reaction_emoji_error(request.emoji)
     if error is not None:
@@ -50,16 +50,18 @@ async def react(ctx: Context, request: React) -> dict[str, Any]:
     if home is None or home[1] != member.workspace_id:
         raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
     done = trio.Event()
-    outcome: list[dict[str, object] | OperationError] = []
+    refused: list[OperationError] = []
 
     def reply(result: dict[str, object] | OperationError) -> None:
-        outcome.append(result)
+        if isinstance(result, OperationError):
+            refused.append(result)
+        else:
+            ctx.push(encode(Reply(id=request.id, op="react", result=result)))
         done.set()
 
     cmd = ReactCommand(member, request.message_id, request.emoji, request.op, reply)
     await ctx.services.registry.submit(home[0], cmd)
     await done.wait()
-    result = outcome[0]
-    if isinstance(result, OperationError):
-        raise result
-    return result
+    if refused:
+        raise refused[0]
+    return REPLIED
