@@ -19,7 +19,8 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,13 +93,14 @@ class ProcCluster:
         await wait_healthy(f"ws://127.0.0.1:{port}", process, START_TIMEOUT)
         return node
 
-    async def start_proxy(self) -> None:
-        """Write the configuration for the current nodes and start HAProxy, or
-        reload it (``-sf``: the old process keeps its established tunnels)."""
+    async def start_proxy(self, nodes: Sequence[NodeProc] | None = None) -> None:
+        """Write the configuration for ``nodes`` (all by default) and start
+        HAProxy, or reload it (``-sf``: the old process keeps its established
+        tunnels until they close, then exits)."""
         haproxy = find_haproxy()
         assert haproxy is not None
         config = self.run_dir / "haproxy.cfg"
-        ports = [n.port for n in self.nodes]
+        ports = [n.port for n in (self.nodes if nodes is None else nodes)]
         config.write_text(haproxy_config("127.0.0.1", self.port, ports))
         command = [haproxy, "-db", "-f", str(config)]
         if self.proxies:
@@ -110,6 +112,32 @@ class ProcCluster:
 
     def kill(self, node: NodeProc) -> None:
         os.kill(node.process.pid, signal.SIGKILL)
+
+    async def routes(self, nodes: Sequence[NodeProc], teams: Sequence[Team]) -> dict[str, str]:
+        """workspace -> node name that HAProxy with ``nodes`` picks, asked of a
+        second, short-lived HAProxy on another port (the same configuration,
+        so the same consistent hash)."""
+        haproxy = find_haproxy()
+        assert haproxy is not None
+        port = free_ports(1)[0]
+        config = self.run_dir / "haproxy-probe.cfg"
+        config.write_text(haproxy_config("127.0.0.1", port, [n.port for n in nodes]))
+        probe = await trio.lowlevel.open_process(
+            [haproxy, "-db", "-f", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            await wait_healthy(f"ws://127.0.0.1:{port}", probe, START_TIMEOUT)
+            found = {}
+            for team in teams:
+                url = f"ws://127.0.0.1:{port}/v1/ws?workspace={team.workspace_id}"
+                async with open_client(url, team.tokens[0]) as client:
+                    found[team.workspace_id] = str(client.welcome["nodeId"])
+            return found
+        finally:
+            with trio.CancelScope(shield=True):
+                await stop_process(probe)
 
     async def stop(self) -> None:
         for proxy in reversed(self.proxies):
@@ -178,6 +206,7 @@ class ResumingClient:
     sends_done: int = 0
     pending: str | None = None  # a send whose reply never came
     errors: list[str] = field(default_factory=list)
+    _scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     until: int | None = None  # the test sets the seq to receive before leaving
 
     @property
@@ -191,12 +220,17 @@ class ResumingClient:
         with trio.move_on_at(deadline):
             while not self._finished(sends):
                 try:
-                    await self._connection(sends, interval)
+                    with trio.CancelScope() as self._scope:
+                        await self._connection(sends, interval)
                 except* RECONNECT_ERRORS as group:
                     # The node or the proxy went away: reconnect and resume.
                     self.errors.extend(repr(e) for e in group.exceptions)
                 self.dropped_at.append(trio.current_time())
                 await trio.sleep(random.uniform(*BACKOFF))
+
+    def bounce(self) -> None:
+        """Drop the connection, as a network blip would: the client reconnects."""
+        self._scope.cancel()
 
     def _finished(self, sends: int) -> bool:
         return (
@@ -259,3 +293,36 @@ async def scope_history(database_url: str, scope_id: str) -> dict[int, str]:
             (scope_id,),
         )
         return {int(row[0]): str(row[1]) for row in await cur.fetchall()}
+
+
+def check_scope(clients: list[ResumingClient], history: dict[int, str]) -> None:
+    """Every acknowledged send stored once at its seq, seqs gap-free, and every
+    client saw every seq once, in order."""
+    latest = max(history)
+    assert sorted(history) == list(range(1, latest + 1)), "stored seqs have a gap"
+    stored = Counter(history.values())
+    assert [cmid for cmid, n in stored.items() if n > 1] == [], "a send stored twice"
+    for client in clients:
+        for cmid, seq in client.acked.items():
+            assert history.get(seq) == cmid, (client.name, cmid, seq)
+        missing, duplicates = gaps_and_duplicates(client.received)
+        assert (client.name, missing, duplicates) == (client.name, [], [])
+        assert client.received == sorted(client.received), client.name
+        assert client.received[-1] == latest, client.name
+
+
+async def all_sent(clients: list[ResumingClient], sends: int, deadline: float) -> None:
+    with trio.move_on_at(deadline):
+        while any(c.sends_done < sends for c in clients):
+            await trio.sleep(0.05)
+
+
+async def stay_until_latest(
+    database_url: str, teams: Sequence[Team], clients: Sequence[ResumingClient]
+) -> None:
+    """Tell every client to leave once it has received its scope's last seq."""
+    for team in teams:
+        latest = max(await scope_history(database_url, team.general))
+        for client in clients:
+            if client.scope_id == team.general:
+                client.until = latest

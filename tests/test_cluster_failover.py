@@ -18,8 +18,8 @@ import trio
 from node.cluster_cli import HAPROXY_MISSING, find_haproxy
 from tests.proc_cluster import (
     ResumingClient,
-    Team,
-    gaps_and_duplicates,
+    all_sent,
+    check_scope,
     make_team,
     proc_cluster,
     scope_history,
@@ -42,28 +42,6 @@ INTERVAL = 0.1
 RUN_LIMIT = 60.0  # ...and in time
 WARM_ACKS = 8  # every client has this many acknowledged sends before the kill
 RESUME_WITHIN = 10.0
-
-
-def check_team(team: Team, clients: list[ResumingClient], history: dict[int, str]) -> None:
-    """Every acknowledged send stored once at its seq, seqs gap-free, and every
-    client saw every seq once, in order."""
-    latest = max(history)
-    assert sorted(history) == list(range(1, latest + 1)), "stored seqs have a gap"
-    stored = Counter(history.values())
-    assert [cmid for cmid, n in stored.items() if n > 1] == [], "a send stored twice"
-    for client in clients:
-        for cmid, seq in client.acked.items():
-            assert history.get(seq) == cmid, (client.name, cmid, seq)
-        missing, duplicates = gaps_and_duplicates(client.received)
-        assert (client.name, missing, duplicates) == (client.name, [], [])
-        assert client.received == sorted(client.received), client.name
-        assert client.received[-1] == latest, client.name
-
-
-async def all_sent(clients: list[ResumingClient], deadline: float) -> None:
-    with trio.move_on_at(deadline):
-        while any(c.sends_done < SENDS for c in clients):
-            await trio.sleep(0.05)
 
 
 async def test_kill_9_of_the_busiest_node_loses_nothing_and_clients_resume_within_10s(
@@ -92,7 +70,7 @@ async def test_kill_9_of_the_busiest_node_loses_nothing_and_clients_resume_withi
             killed_at = trio.current_time()
             moved = [c for c in clients if c.node == busiest]
             assert len(moved) == held
-            await all_sent(clients, deadline)
+            await all_sent(clients, SENDS, deadline)
             # Then every client stays until it has received its scope's last seq.
             for team in teams:
                 latest = max(await scope_history(database_url, team.general))
@@ -103,7 +81,7 @@ async def test_kill_9_of_the_busiest_node_loses_nothing_and_clients_resume_withi
             assert client.sends_done == SENDS, (client.name, client.sends_done)
         for team in teams:
             history = await scope_history(database_url, team.general)
-            check_team(team, [c for c in clients if c.scope_id == team.general], history)
+            check_scope([c for c in clients if c.scope_id == team.general], history)
         for client in moved:
             # Resumed on another node, within the bound.
             after = [t for t in client.resumed_at if t > killed_at]

@@ -1,0 +1,116 @@
+"""Rebalance under load: a node joins and HAProxy reloads with ``-sf`` (docs/cluster.md).
+
+Three real nodes behind the real HAProxy carry a steady, bounded load of
+sends from clients of several workspaces. A fourth node starts, HAProxy is
+reloaded with it: the established tunnels stay on the old HAProxy process
+and their nodes. Then every client's connection drops (as on a network blip)
+and it reconnects through the new HAProxy: the workspaces whose hash moved
+land on the new node and resume there. No acknowledged send is lost, no seq
+is stored twice or skipped, every client sees every seq once in order, and
+the old HAProxy process exits once its last tunnel is gone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from node.cluster_cli import HAPROXY_MISSING, find_haproxy
+from tests.proc_cluster import (
+    ResumingClient,
+    Team,
+    all_sent,
+    check_scope,
+    make_team,
+    proc_cluster,
+    scope_history,
+    stay_until_latest,
+)
+
+pytestmark = [
+    pytest.mark.skipif(find_haproxy() is None, reason=HAPROXY_MISSING),
+    # See tests/test_cluster_failover.py: a rejected upgrade leaks a client socket.
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"
+    ),
+]
+
+BATCHES = 6  # of 8 workspaces, probed for their route with four nodes
+MOVING = 2  # of which this many move to the new node...
+STAYING = 3  # ...and this many stay where they are
+PEOPLE = 2
+SENDS = 30
+INTERVAL = 0.1
+RUN_LIMIT = 60.0
+WARM_ACKS = 6
+TEST_LIMIT = 120.0
+
+
+async def test_adding_a_node_and_reloading_haproxy_mid_load_loses_nothing(
+    database_url: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(TEST_LIMIT):
+        await rebalance(database_url, tmp_path)
+
+
+async def rebalance(database_url: str, tmp_path: Path) -> None:
+    async with proc_cluster(database_url, tmp_path, 4, proxy=False) as cluster:
+        old_nodes, new_node = cluster.nodes[:3], cluster.nodes[3]
+        moving: list[Team] = []
+        staying: list[Team] = []
+        for batch in range(BATCHES):
+            candidates = [await make_team(database_url, f"t{batch}-{i}", PEOPLE) for i in range(8)]
+            routes = await cluster.routes(cluster.nodes, candidates)
+            for team in candidates:
+                moves = routes[team.workspace_id] == new_node.name
+                (moving if moves else staying).append(team)
+            if len(moving) >= MOVING and len(staying) >= STAYING:
+                break
+        moving, staying = moving[:MOVING], staying[:STAYING]
+        assert len(moving) == MOVING  # about a quarter of the workspaces move
+        teams: list[Team] = moving + staying
+        await cluster.start_proxy(old_nodes)
+        clients = [
+            ResumingClient(
+                f"{cluster.url}?workspace={team.workspace_id}", token, team.general, f"t{t}p{i}"
+            )
+            for t, team in enumerate(teams)
+            for i, token in enumerate(team.tokens)
+        ]
+        deadline = trio.current_time() + RUN_LIMIT
+        async with trio.open_nursery() as nursery:
+            for client in clients:
+                nursery.start_soon(client.run, SENDS, INTERVAL, deadline)
+            with trio.fail_after(20):
+                while min(len(c.acked) for c in clients) < WARM_ACKS:
+                    await trio.sleep(0.05)
+            before = {c.name: c.node for c in clients}
+            assert new_node.name not in before.values()
+
+            await cluster.start_proxy(cluster.nodes)  # the reload, -sf
+            old_proxy = cluster.proxies[0]
+            await trio.sleep(1.0)
+            # Established tunnels survived the reload, on their nodes.
+            assert old_proxy.returncode is None
+            assert [c.name for c in clients if len(c.nodes) > 1 or c.errors] == []
+
+            for client in clients:
+                client.bounce()
+            bounced_at = trio.current_time()
+            await all_sent(clients, SENDS, deadline)
+            await stay_until_latest(database_url, teams, clients)
+
+        for team in teams:
+            history = await scope_history(database_url, team.general)
+            check_scope([c for c in clients if c.scope_id == team.general], history)
+        for client in clients:
+            assert client.sends_done == SENDS, (client.name, client.sends_done)
+            assert [t for t in client.resumed_at if t > bounced_at], client.name
+            team = next(t for t in teams if t.general == client.scope_id)
+            expected = new_node.name if team in moving else before[client.name]
+            assert (client.name, client.node) == (client.name, expected), client.nodes
+        # The old HAProxy let go once its last tunnel closed.
+        with trio.fail_after(5):
+            await old_proxy.wait()
