@@ -1,4 +1,5 @@
-"""The Applier: the only writer of messages.
+"""The Applier: the only writer of messages (sends here; edits and deletes in
+``storage/mutations.py``, its mutation path, on the same outbox clock).
 
 One send is one statement: idempotency probe, the fenced bump of
 ``scopes.latest_seq`` (and of ``roster_generation`` when memberships change),

@@ -23,21 +23,21 @@ first. An edit's wake rows share the send's dedupe key (``wake:<message>:
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from actors.planner import MutationPlan
 from actors.ports import CommittedMutation, FenceLost, MutationConflict, MutationTarget
+from storage.applier import REPLAY_AFTER, WAKE_RETRY_AFTER
 from storage.errors import map_errors
 from storage.messages import MESSAGE_COLUMNS, message_from_row
 from storage.pg import TrioConnection
 
 # A projection not marked delivered by then (the node died between commit and
-# push) is replayed by the outbox worker to the readers connected at the time.
-MUTATION_REPLAY_AFTER = timedelta(seconds=10)
-WAKE_RETRY_AFTER = timedelta(seconds=30)
+# push) is replayed by the outbox worker, on the same clock as a send's rows.
+MUTATION_REPLAY_AFTER = REPLAY_AFTER
 # Why the rows of a deleted message stopped (scope_fanout_outbox.suppression_reason).
 DELETED = "message_deleted"
 

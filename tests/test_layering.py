@@ -48,10 +48,18 @@ def test_sql_lives_only_in_storage() -> None:
             assert not any(word in text for word in SQL_WORDS), f"SQL in {path}"
 
 
+# The Applier: sends in applier.py, its mutation path (edits, deletes) in mutations.py.
+APPLIER_MODULES = {"applier.py", "mutations.py"}
+
+
 def test_only_the_applier_writes_messages() -> None:
-    for path in (ROOT / "storage").rglob("*.py"):
-        if "INSERT INTO scope_messages" in path.read_text():
-            assert path.name == "applier.py", path
+    product = ("protocol", "actors", "storage", "node")
+    for path in (p for package in product for p in (ROOT / package).rglob("*.py")):
+        text = path.read_text()
+        if "INSERT INTO scope_messages " in text or "UPDATE scope_messages " in text:
+            assert path.parent.name == "storage", path
+            assert path.name in APPLIER_MODULES, path
+    assert "INSERT INTO scope_messages " not in (ROOT / "storage" / "mutations.py").read_text()
 
 
 def test_one_mention_parser() -> None:
