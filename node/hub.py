@@ -41,14 +41,13 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 import structlog
 
 from actors.planner import MessagePlan, MutationPlan
 from actors.ports import CommittedMutation, CommittedSend, ReactionActivity, ThreadActivity
-from node.outbound import coalesced_writes
 from node.views import (
     committed_message_view,
     rfc3339,
@@ -234,7 +233,11 @@ class Hub:
     # ------------------------------------------------------------ Publisher
 
     def batch(self) -> AbstractContextManager[None]:
-        return coalesced_writes()
+        # Writes leave as they are queued: holding a commit's replies and events
+        # to join them was measured slower for one-at-a-time sends
+        # (docs/performance.md, "CPU per send, round 2"). A batch's events to
+        # one session are still joined by publish_messages.
+        return nullcontext()
 
     def publish_messages(
         self, scope_id: str, sends: Sequence[tuple[MessagePlan, CommittedSend]]

@@ -14,37 +14,11 @@ stalled peer never slows the others.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import trio
 
 from node.wsframe import frame
-
-# Outbounds holding writes inside a `coalesced_writes()` block (None: not in one).
-_holding: list[Outbound] | None = None
-
-
-@contextmanager
-def coalesced_writes() -> Iterator[None]:
-    """The seam where a commit's replies and events could be held and joined.
-
-    Holding them until the block ends was measured slower for one-at-a-time
-    sends (docs/performance.md, "CPU per send, round 2"), so ``push_frame``
-    writes at once and nothing is held today: ``release`` only sends what a
-    future holder queued. Nothing inside the block may await.
-    """
-    global _holding
-    if _holding is not None:
-        yield
-        return
-    _holding = []
-    try:
-        yield
-    finally:
-        held, _holding = _holding, None
-        for outbound in held:
-            outbound.release()
 
 
 class Outbound:
@@ -54,7 +28,6 @@ class Outbound:
         "_fd",
         "_grace",
         "_head_partial",
-        "_held",
         "_on_done",
         "_on_overflow",
         "_over_since",
@@ -94,7 +67,6 @@ class Outbound:
         self._over_since: float | None = None
         self._closing: bytes | None = None
         self._writer_running = False
-        self._held: list[bytes] = []
         self.broken = False
         self.closed = False
         self.bytes_sent = 0
@@ -122,12 +94,6 @@ class Outbound:
         if self._size > self._cap:
             self._note_over()
         self._ensure_writer()
-
-    def release(self) -> None:
-        """Send what a `coalesced_writes()` block held, as one write."""
-        held, self._held = self._held, []
-        if held:
-            self.push_frame(held[0] if len(held) == 1 else b"".join(held))
 
     def _write_now(self, data: bytes) -> bytes:
         """Write what the socket takes now; return the rest."""
