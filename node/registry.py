@@ -6,7 +6,14 @@ import structlog
 import trio
 
 from actors.ports import Publisher, ScopeMissing, ScopeStore
-from actors.scope_actor import Command, ScopeActor, SendObserver
+from actors.scope_actor import (
+    Command,
+    DeleteCommand,
+    EditCommand,
+    RosterCommand,
+    ScopeActor,
+    SendObserver,
+)
 from actors.scope_state import ROW_LIMIT
 from protocol.errors import ErrorCode, OperationError
 
@@ -108,6 +115,24 @@ class ActorRegistry:
     async def submit(self, scope_id: str, cmd: Command) -> None:
         actor = self.actor_nowait(scope_id) or await self.actor(scope_id)
         actor.submit_nowait(cmd)
+
+    async def ask(
+        self, scope_id: str, cmd: RosterCommand | EditCommand | DeleteCommand
+    ) -> dict[str, object]:
+        """Queue a command that answers once and wait for the answer; a refusal raises."""
+        done = trio.Event()
+        outcome: list[dict[str, object] | OperationError] = []
+
+        def reply(result: dict[str, object] | OperationError) -> None:
+            outcome.append(result)
+            done.set()
+
+        cmd.reply = reply
+        await self.submit(scope_id, cmd)
+        await done.wait()
+        if isinstance(outcome[0], OperationError):
+            raise outcome[0]
+        return outcome[0]
 
     def invalidate(self, scope_id: str) -> None:
         """Stop accepting on the actor so the next command reloads fresh state."""

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
 from actors.model import Member, MemberType, NotificationState
 from actors.scope_actor import RosterCommand
 from node.ops.context import Context, member_of
@@ -81,19 +79,7 @@ async def create_channel(ctx: Context, request: CreateChannel) -> dict[str, Any]
 
 
 async def _submit_roster(ctx: Context, scope_id: str, cmd: RosterCommand) -> Any:
-    done = trio.Event()
-    outcome: list[Any] = []
-
-    def reply(result: Any) -> None:
-        outcome.append(result)
-        done.set()
-
-    cmd.reply = reply
-    await ctx.services.registry.submit(scope_id, cmd)
-    await done.wait()
-    if isinstance(outcome[0], OperationError):
-        raise outcome[0]
-    return outcome[0]
+    return await ctx.services.registry.ask(scope_id, cmd)
 
 
 def _noop(_: Any) -> None:

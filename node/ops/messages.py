@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import trio
-
 from actors.mentions import mode_for_forward
 from actors.model import Member, MemberType
 from actors.scope_actor import DeleteCommand, EditCommand
@@ -278,19 +276,7 @@ async def submit_mutation(
     services: Services, scope_id: str, cmd: EditCommand | DeleteCommand
 ) -> dict[str, object]:
     """Queue the command on the scope's actor and wait for its answer."""
-    done = trio.Event()
-    outcome: list[dict[str, object] | OperationError] = []
-
-    def reply(result: dict[str, object] | OperationError) -> None:
-        outcome.append(result)
-        done.set()
-
-    cmd.reply = reply
-    await services.registry.submit(scope_id, cmd)
-    await done.wait()
-    if isinstance(outcome[0], OperationError):
-        raise outcome[0]
-    return outcome[0]
+    return await services.registry.ask(scope_id, cmd)
 
 
 def _unset(_: dict[str, object] | OperationError) -> None:
