@@ -27,6 +27,7 @@ from bench.progress import Progress
 from bench.provision import make_provisioner
 from bench.stats import Latency, machine, own_cpu_s, raise_fd_limit
 from bench.workloads import (
+    cluster,
     contention,
     fanout,
     idle,
@@ -46,6 +47,7 @@ WORKLOADS = (
     "reconnect-storm",
     "idle",
     "reactions",
+    "cluster",
 )
 
 # option: (full run, --quick)
@@ -73,8 +75,12 @@ MESSAGES = {
     "contention": (50, 5),
     "baseline": (200, 10),
     "reactions": (50, 5),
+    "cluster": (300, 8),
 }
-SESSIONS = {"reconnect-storm": (200, 5), "idle": (1000, 10)}
+SESSIONS = {"reconnect-storm": (200, 5), "idle": (1000, 10), "cluster": (100, 6)}
+# The cluster workload's own sizes: senders of its throughput phase, seconds
+# of each mode (through HAProxy, direct), NOTIFY round trips per size.
+CLUSTER = {"senders": (16, 2), "duration": (4.0, 1.0), "notify_samples": (300, 20)}
 # Reaction readers are full sessions in this process, not raw reader sockets.
 READERS = {"reactions": (16, 3)}
 
@@ -128,12 +134,23 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--db-sequential", type=int, help="baseline a: sequential transactions")
     w.add_argument("--db-duration", type=float, help="baseline a: seconds per concurrency level")
     w.add_argument("--db-concurrency", help="baseline a: comma-separated levels")
+    w.add_argument(
+        "--nodes",
+        default="1,2,3",
+        metavar="N,N,...",
+        help="cluster: cluster sizes, each N nodes behind HAProxy on one PostgreSQL",
+    )
+    w.add_argument("--notify-samples", type=int, help="cluster: raw NOTIFY round trips per size")
     return p
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
     """Fill unset sizes from the full or ``--quick`` defaults."""
     pick = 1 if args.quick else 0
+    if args.workload == "cluster":
+        for name, values in CLUSTER.items():
+            if getattr(args, name) is None:
+                setattr(args, name, values[pick])
     for name, values in DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, values[pick])
@@ -307,6 +324,8 @@ async def run(args: argparse.Namespace, progress: Progress) -> tuple[dict[str, A
         return report, []
     if args.curve:
         return await run_curve(args, progress, report)
+    if args.workload == "cluster":
+        return await run_cluster(args, progress, report), []
     async with open_node(
         args.url,
         data_dir=args.data_dir,
@@ -371,6 +390,30 @@ async def run_curve(
     return report, []
 
 
+async def run_cluster(
+    args: argparse.Namespace, progress: Progress, report: dict[str, Any]
+) -> dict[str, Any]:
+    plan = cluster.ClusterPlan(
+        sizes=cluster.parse_sizes(args.nodes),
+        notify_samples=args.notify_samples,
+        sends=args.messages,
+        senders=args.senders,
+        sessions=args.sessions,
+        duration_s=args.duration,
+        timeout_s=args.timeout,
+        database_url=args.database_url,
+        seed=args.seed,
+    )
+    results = await cluster.run(plan, progress)
+    report["generator_cpu_s"] = results.pop("generator_cpu_s")
+    report["results"] = results
+    report["baseline"] = {}
+    report["ratios"] = {
+        size: r["target"] for size, r in results["by_nodes"].items() if r["target"] is not None
+    }
+    return report
+
+
 def failed_checks(results: dict[str, Any]) -> list[str]:
     """Names of correctness flags that are false anywhere in ``results``."""
     bad = []
@@ -401,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     curve = report["results"].get("curve") if isinstance(report.get("results"), dict) else None
     if curve is not None:
         print(curve_mod.render(curve))
+    elif args.workload == "cluster":
+        print(cluster.render(report["results"]))
     else:
         print(report_mod.render(report))
     if args.json:

@@ -95,6 +95,19 @@ def haproxy_config(host: str, port: int, node_ports: Sequence[int]) -> str:
     return text
 
 
+def node_command(index: int, port: int, data_dir: Path, dsn: str, log_level: str) -> list[str]:
+    """``scopenode serve`` as node ``node<index>`` of a cluster on ``dsn``, on 127.0.0.1."""
+    command = [sys.executable, "-m", "node", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--data-dir", str(data_dir), "--database-url", dsn]
+    command += ["--node-id", f"node{index}", "--log-level", log_level]
+    return command
+
+
+def haproxy_command(haproxy: str, config: Path, pid_file: Path) -> list[str]:
+    """HAProxy in the foreground (``-db``) on ``config``, its pid written for ``-sf`` reloads."""
+    return [haproxy, "-db", "-f", str(config), "-p", str(pid_file)]
+
+
 def find_haproxy() -> str | None:
     found = shutil.which("haproxy")
     if found:
@@ -202,9 +215,7 @@ def _cluster(args: argparse.Namespace, haproxy: str) -> Iterator[None]:
         ports = free_ports(args.nodes)
         for i, port in enumerate(ports):
             log = open(run_dir / f"node{i}.log", "ab")  # noqa: SIM115 (the child keeps it)
-            command = [sys.executable, "-m", "node", "serve", "--port", str(port)]
-            command += ["--data-dir", str(data_dir), "--database-url", dsn]
-            command += ["--node-id", f"node{i}", "--log-level", args.log_level]
+            command = node_command(i, port, data_dir, dsn, args.log_level)
             process = subprocess.Popen(
                 command,
                 stdout=log,
@@ -221,7 +232,7 @@ def _cluster(args: argparse.Namespace, haproxy: str) -> Iterator[None]:
         config = run_dir / "haproxy.cfg"
         config.write_text(haproxy_config(args.host, args.port, ports))
         proxy = subprocess.Popen(
-            [haproxy, "-db", "-f", str(config), "-p", str(run_dir / "haproxy.pid")],
+            haproxy_command(haproxy, config, run_dir / "haproxy.pid"),
             stdout=subprocess.DEVNULL,
             stderr=open(run_dir / "haproxy.log", "ab"),  # noqa: SIM115
             start_new_session=True,
