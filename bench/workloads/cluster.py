@@ -290,9 +290,11 @@ async def _wait_until(predicate: Any, timeout_s: float) -> bool:
 
 
 async def delivery(
-    cluster: Cluster, team: Team, sends: int, timeout_s: float, progress: Progress
+    cluster: Cluster, dsn: str, team: Team, sends: int, timeout_s: float, progress: Progress
 ) -> dict[str, Any]:
     sent_at: dict[int, int] = {}
+    reply = Latency("send_reply")
+    members: list[str] = []
     same = _Reader(team.general, sent_at)
     cross = _Reader(team.general, sent_at) if len(cluster.nodes) > 1 else None
     readers = [r for r in (same, cross) if r is not None]
@@ -304,16 +306,17 @@ async def delivery(
         )
         for reader, node, token in zip(readers, cluster.nodes, team.tokens[1:], strict=False):
             url = ws_url(node.base, team.workspace_id)
-            await stack.enter_async_context(
+            session = await stack.enter_async_context(
                 open_session(url, token, kind="browser", on_event=reader.on_event)
             )
+            members.append(session.member_id)
         # Warm the scope's actor and every node's relay before timing anything.
         latest = 0
         for w in range(WARMUP_SENDS):
-            reply = await sender.request(
+            warm = await sender.request(
                 "send", target=target, content=f"warm {w}", clientMessageId=f"warm-{w}"
             )
-            latest = int(reply["acceptedSeq"])
+            latest = int(warm["acceptedSeq"])
         await _wait_until(lambda: all(r.max_seq >= latest for r in readers), timeout_s)
         progress.phase("delivery", sends)
         t0 = time.monotonic()
@@ -327,6 +330,7 @@ async def delivery(
                     content=f"lat-{i} {CONTENT_PAD}",
                     clientMessageId=f"lat-{i}",
                 )
+                reply.record_ns(time.perf_counter_ns() - sent_at[i])
                 progress.update(i + 1)
         progress.close()
         await _wait_until(lambda: all(len(r.timed) >= len(sent_at) for r in readers), timeout_s)
@@ -335,9 +339,28 @@ async def delivery(
         "interval_ms": SEND_INTERVAL_S * 1000,
         "same_node": same.latency.summary(),
         "cross_node": cross.latency.summary() if cross else None,
+        "sender_reply": reply.summary(),
     }
     out["complete"] = all(len(r.timed) == len(sent_at) == sends for r in readers)
+    if cross is not None:
+        # What the receiving node reads per relayed message, alone.
+        out["relay_read"] = await relay_read(dsn, team.general, latest, members[1:], sends)
     return out
+
+
+async def relay_read(
+    dsn: str, scope: str, first_seq: int, candidates: list[str], count: int
+) -> dict[str, Any]:
+    """``storage.relay.readers_in_range`` for one message at a time (a paced
+    send's notification), as the receiving node runs it for its sessions' members."""
+    lat = Latency("relay_read")
+    async with await connect(dsn, autocommit=True) as conn:
+        for k in range(count):
+            seq = first_seq + 1 + k
+            start = time.perf_counter_ns()
+            await relay_sql.readers_in_range(conn, scope, seq, seq, candidates)
+            lat.record_ns(time.perf_counter_ns() - start)
+    return lat.summary()
 
 
 def _trio_at(monotonic_s: float) -> float:
@@ -457,6 +480,8 @@ class FailoverClient:
     resumed_after: int | None = None  # resumes count at the kill: later ones are resumes after it
     target_seq: int | None = None  # set once the post-kill send is acknowledged
     done_ns: int | None = None
+    welcomes_ns: list[int] = field(default_factory=list)
+    failures_ns: list[int] = field(default_factory=list)
 
     @property
     def node(self) -> str | None:
@@ -472,6 +497,7 @@ class FailoverClient:
                 await self._connection(stop)
             except Exception as e:  # the node or the proxy went away: reconnect and resume
                 self.errors.append(f"{type(e).__name__}: {e}"[:200])
+                self.failures_ns.append(time.perf_counter_ns())
             if stop.is_set():
                 return
             await trio.sleep(random.uniform(*BACKOFF_S))
@@ -483,6 +509,7 @@ class FailoverClient:
             connect_timeout=5.0,
         ) as session:  # fmt: skip
             self.nodes.append(str(session.welcome["nodeId"]))
+            self.welcomes_ns.append(time.perf_counter_ns())
             self.connected.set()
             self.check()
             # The bench's session reports its end as a flag only.
@@ -564,8 +591,11 @@ async def _failover(
         c.resumed_after = c.resumes
     killed_ns = time.perf_counter_ns()
     os.kill(victim.process.pid, 9)
+    send_ms = Latency("send_after_kill")
     for team in {c.scope: t for t in teams for c in dropped if c.scope == t.general}.values():
+        start = time.perf_counter_ns()
         seq = await _send_direct(survivor, team, "after")
+        send_ms.record_ns(time.perf_counter_ns() - start)
         for c in dropped:
             if c.scope == team.general:
                 c.target_seq = seq
@@ -576,6 +606,17 @@ async def _failover(
     for ns in back_ns:
         lat.record_ns(ns)
     moved = Counter(c.node for c in dropped)
+    welcome = Latency("welcome_after_kill")
+    for c in dropped:
+        later = [ns for ns in c.welcomes_ns if ns > killed_ns]
+        if later:
+            welcome.record_ns(later[0] - killed_ns)
+    errors = Counter(e.split(":", 1)[0] for c in dropped for e in c.errors)
+    failed = Latency("failed_attempt_after_kill")
+    for c in dropped:
+        for ns in c.failures_ns:
+            if ns > killed_ns:
+                failed.record_ns(ns - killed_ns)
     return {
         "killed": victim.name,
         "sessions_dropped": len(dropped),
@@ -584,7 +625,10 @@ async def _failover(
         "per_session": lat.summary(),
         "moved_to": dict(moved),
         "ok": back and victim.name not in moved,
-        "reconnect_errors": sum(len(c.errors) for c in dropped),
+        "first_welcome_after_kill": welcome.summary(),
+        "sends_after_kill": send_ms.summary(),
+        "connect_attempts_failed": dict(errors),
+        "failed_attempts_after_kill": failed.summary(),
     }
 
 
@@ -635,7 +679,7 @@ async def run_size(
         out: dict[str, Any] = {"nodes": n}
         out["raw_notify"] = await raw_notify(dsn, plan.notify_samples, plan.timeout_s)
         out["delivery"] = await delivery(
-            cluster, latency_team, plan.sends, plan.timeout_s, progress
+            cluster, dsn, latency_team, plan.sends, plan.timeout_s, progress
         )
         out["target"] = cross_node_target(out["raw_notify"], out["delivery"])
         out["throughput"] = await throughput(cluster, tp_teams, plan.duration_s, plan.timeout_s)
@@ -696,6 +740,8 @@ def _render_size(r: dict[str, Any]) -> str:
         ("raw NOTIFY -> LISTEN", _p(r["raw_notify"])),
         ("same-node delivery", _p(d["same_node"])),
         ("cross-node delivery", _p(d["cross_node"])),
+        ("sender's reply", _p(d["sender_reply"])),
+        ("relay read (SQL alone)", _p(d.get("relay_read"))),
         ("deliveries complete", str(d["complete"])),
     ]
     if t:
@@ -722,6 +768,7 @@ def _render_size(r: dict[str, Any]) -> str:
                 f"{f['sessions_back']} back, all in {f['all_back_ms']} ms, ok={f['ok']}",
             )
         )
+        rows.append(("  first welcome after kill", _p(f["first_welcome_after_kill"])))
     title = f"cluster of {r['nodes']} node{'s' if r['nodes'] > 1 else ''}"
     width = max(len(k) for k, _ in rows)
     lines = [title, "-" * len(title), *(f"  {k:<{width}}  {v}" for k, v in rows)]
