@@ -80,7 +80,7 @@ MESSAGES = {
 SESSIONS = {"reconnect-storm": (200, 5), "idle": (1000, 10), "cluster": (100, 6)}
 # The cluster workload's own sizes: senders of its throughput phase, seconds
 # of each mode (through HAProxy, direct), NOTIFY round trips per size.
-CLUSTER = {"senders": (16, 2), "duration": (4.0, 1.0), "notify_samples": (300, 20)}
+CLUSTER = {"senders": (16, 2), "duration": (6.0, 1.0), "notify_samples": (300, 20)}
 # Reaction readers are full sessions in this process, not raw reader sockets.
 READERS = {"reactions": (16, 3)}
 
