@@ -271,3 +271,46 @@ async def test_thread_grants_parent_yes_sibling_no(database_url: str, tmp_path: 
                 timeout=TIMEOUT,
             )
             assert [e for e in events if e["type"] == "deliver"] == events[-1:]
+
+
+async def test_thread_root_in_thread_history_carries_its_reactions(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The root shown with a thread's history carries ``reactions`` as in the
+    parent's history, with the viewer's view of private agents' reactions."""
+    async with running_node(database_url, tmp_path) as node:
+        world = await World.create(node)
+        owner = await world.member("owner")
+        human = await world.member("h")
+        agent = await world.member("owner-bot", MemberType.AGENT, owner=owner, private=True)
+        async with (
+            world.client(owner) as o,
+            world.client(human) as h,
+            world.client(agent) as p,
+        ):
+            channel = await make_channel(o, "c", h)
+            await o.request("invite", scopeId=channel, memberId=agent.id, visibility="private")
+            root = await o.send("#c", "root message")
+            root_id = root["messageId"]
+            assert await o.react(root_id, "👍") == {"changed": True}
+            assert await h.react(root_id, "👍") == {"changed": True}
+            assert await p.react(root_id, "👀") == {"changed": True}
+            await h.send(f"#c:{root_id}", "a reply")
+
+            for client, expected in (
+                (
+                    o,
+                    [
+                        {"emoji": "👍", "count": 2, "memberIds": [owner.id, human.id]},
+                        {"emoji": "👀", "count": 1, "memberIds": [agent.id]},
+                    ],
+                ),
+                # The private agent's reaction is shown to it and its owner only.
+                (h, [{"emoji": "👍", "count": 2, "memberIds": [owner.id, human.id]}]),
+            ):
+                parent = await client.history("#c")
+                in_parent = next(m for m in parent["messages"] if m["id"] == root_id)
+                assert in_parent["reactions"] == expected
+                thread = await client.history(f"#c:{root_id}")
+                assert thread["root"]["id"] == root_id
+                assert thread["root"]["reactions"] == expected

@@ -67,8 +67,10 @@ async def thread_root(ctx: Context, info: ScopeInfo) -> dict[str, Any] | None:
         if root is None:
             return None
         cited = await sources.sources_for(conn, [root.message.id], member)
+        shown_reactions = await reactions.summaries(conn, [root.message.id], member)
     view = stored_message_view(root.message, member.id)
     view.sources = cited.get(root.message.id, [])
+    view.reactions = [s.view() for s in shown_reactions.get(root.message.id, [])]
     shown: dict[str, Any] = to_builtins(view)
     return shown
 
