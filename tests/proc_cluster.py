@@ -14,6 +14,8 @@ received (duplicates included), and when each connection was resumed.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import random
 import signal
@@ -327,3 +329,78 @@ async def stay_until_latest(
         for client in clients:
             if client.scope_id == team.general:
                 client.until = latest
+
+
+UNAVAILABLE = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+
+
+class TcpRelay:
+    """A TCP relay to a node's port whose connections a test can cut at once,
+    as a network drop would: the client sees its socket end with no close
+    frame (1006), and the node sees its session's socket end too."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self.accepted = 0
+        self.held = False
+        self._open: set[trio.CancelScope] = set()
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/ws"
+
+    def cut(self) -> int:
+        """Drop every open connection; returns how many there were."""
+        for scope in self._open:
+            scope.cancel()
+        return len(self._open)
+
+    def hold(self) -> None:
+        """From now on, answer new connections 503 (no node is reachable)."""
+        self.held = True
+
+    def release(self) -> None:
+        self.held = False
+
+    async def handle(self, client: trio.SocketStream) -> None:
+        self.accepted += 1
+        if self.held:
+            # What HAProxy answers when no server is up.
+            with contextlib.suppress(trio.BrokenResourceError):
+                await client.send_all(UNAVAILABLE)
+            await client.aclose()
+            return
+        with trio.CancelScope() as scope:
+            self._open.add(scope)
+            try:
+                node = await trio.open_tcp_stream("127.0.0.1", self.target_port)
+                async with client, node, trio.open_nursery() as nursery:
+                    nursery.start_soon(_pipe, client, node, nursery.cancel_scope)
+                    nursery.start_soon(_pipe, node, client, nursery.cancel_scope)
+            except OSError:
+                await client.aclose()  # the node is not there: the client sees its socket end
+            finally:
+                self._open.discard(scope)
+
+
+async def _pipe(source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope) -> None:
+    try:
+        async for chunk in source:
+            await sink.send_all(chunk)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    done.cancel()  # one side ended: so does the relayed connection
+
+
+@asynccontextmanager
+async def tcp_relay(target_port: int) -> AsyncIterator[TcpRelay]:
+    relay = TcpRelay(target_port)
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(trio.serve_tcp, relay.handle, 0, host="127.0.0.1")
+        listeners = await nursery.start(serve)
+        relay.port = int(listeners[0].socket.getsockname()[1])
+        try:
+            yield relay
+        finally:
+            nursery.cancel_scope.cancel()

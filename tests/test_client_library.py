@@ -1,17 +1,38 @@
-"""node.client against a tiny in-test fake node on a real WebSocket (port 0)."""
+"""node.client against a tiny in-test fake node on a real WebSocket (port 0);
+its reconnect loop against a real node, behind a relay a test can cut."""
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 import trio
 import trio_websocket
+from structlog.testing import capture_logs
 
-from node.client import Client, ClientError, ConnectionClosed, open_client
+from node.client import (
+    Backoff,
+    Client,
+    ClientError,
+    ConnectionClosed,
+    ProtocolViolation,
+    ReconnectGaveUp,
+    ReconnectingClient,
+    SessionEnded,
+    is_retryable,
+    open_client,
+    open_reconnecting_client,
+)
+from node.cluster_cli import free_ports
+from storage import directory
+from storage.pg import connect
+from tests.nodes import World, make_channel, running_node
+from tests.proc_cluster import tcp_relay
 
 GOOD_TOKEN = "tok-good"
 WELCOME_MEMBER = {"id": "mem_1", "type": "agent", "handle": "bot", "displayName": "Bot"}
@@ -344,3 +365,182 @@ async def test_ping_answers(node: FakeNode) -> None:
         # A ping from the node is answered by the client itself.
         assert await client.request("ping-me") == {"pong": {"type": "pong", "id": "srv-1"}}
         assert client.pending_events() == 0
+
+
+# --- staying connected: backoff, resume, each event once (node.client.reconnect) ---
+
+FAST = Backoff(base=0.05, cap=0.2, deadline=20)
+
+
+def test_backoff_doubles_to_the_cap_with_full_jitter() -> None:
+    backoff = Backoff(base=0.1, cap=1.0)
+    assert [backoff.ceiling(n) for n in range(6)] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0, 1.0])
+    assert backoff.ceiling(10_000) == 1.0
+    rng = random.Random(3)
+    delays = [backoff.delay(3, rng) for _ in range(400)]
+    assert all(0.0 <= d <= 0.8 for d in delays)
+    # Full jitter: spread over the whole range, not bunched below the ceiling.
+    assert min(delays) < 0.1
+    assert max(delays) > 0.7
+
+
+def test_backoff_limits_attempts_or_time_and_rejects_nonsense() -> None:
+    assert not Backoff().exhausted(10**6, 10**6)
+    assert Backoff(max_attempts=3).exhausted(3, 0.0)
+    assert not Backoff(max_attempts=3).exhausted(2, 0.0)
+    assert Backoff(deadline=5).exhausted(1, 5.0)
+    assert not Backoff(deadline=5).exhausted(1, 4.9)
+    for bad in ({"base": 0}, {"base": 2, "cap": 1}, {"max_attempts": 0}, {"deadline": 0}):
+        with pytest.raises(ValueError):
+            Backoff(**bad)
+
+
+@pytest.mark.parametrize(
+    ("code", "retryable"),
+    [
+        (None, True),
+        (1001, True),
+        (1006, True),
+        (1011, True),
+        (1012, True),
+        (4408, True),
+        (4429, True),
+        (4503, True),
+        (1000, False),
+        (1002, False),
+        (1008, False),
+        (4401, False),
+        (4403, False),
+    ],
+)
+def test_which_closes_are_retried(code: int | None, retryable: bool) -> None:
+    assert is_retryable(ConnectionClosed(code)) is retryable
+
+
+def test_other_failures_to_connect() -> None:
+    assert is_retryable(OSError("refused"))
+    assert is_retryable(trio.TooSlowError())
+    assert is_retryable(trio_websocket.ConnectionRejected(502, (), b""))
+    assert is_retryable(trio_websocket.ConnectionRejected(503, (), b""))
+    assert not is_retryable(trio_websocket.ConnectionRejected(404, (), b""))
+    refused = {"type": "error", "id": None, "code": "rate_limited", "retryable": True}
+    assert is_retryable(ClientError(refused, "hello"))
+    assert not is_retryable(ClientError({**refused, "retryable": False}, "hello"))
+    assert not is_retryable(ProtocolViolation({"type": "reply"}))
+    # The loop's own ends are final, whatever their code.
+    assert not is_retryable(SessionEnded(1006))
+    assert not is_retryable(ReconnectGaveUp(1006))
+
+
+async def test_events_repeated_across_sessions_are_handed_over_once() -> None:
+    client = ReconnectingClient(lambda resume: open_client("ws://unused", ""), FAST)
+
+    def message(scope: str, seq: int) -> dict[str, Any]:
+        return {"type": "message", "scopeId": scope, "message": {"seq": seq}}
+
+    arriving = [message("a", 1), message("a", 2), message("b", 1)]
+    arriving += [{"type": "deliver", "deliveryId": "d1"}, {"type": "resumed", "scopes": {}}]
+    # A second session: a resume overlapping what was seen, the pending delivery again.
+    arriving += [message("a", 2), message("a", 3), {"type": "deliver", "deliveryId": "d1"}]
+    arriving += [{"type": "deliver", "deliveryId": "d2"}, {"type": "resumed", "scopes": {}}]
+    for event in arriving:
+        client._hand_over(event)
+    handed = [await client.next_event(timeout=1) for _ in range(client.pending_events())]
+    assert [(e["type"], e.get("message", {}).get("seq"), e.get("deliveryId")) for e in handed] == [
+        ("message", 1, None),
+        ("message", 2, None),
+        ("message", 1, None),
+        ("deliver", None, "d1"),
+        ("resumed", None, None),
+        ("message", 3, None),
+        ("deliver", None, "d2"),
+        ("resumed", None, None),
+    ]
+    assert client.repeats_dropped == [("message", "a:2"), ("deliver", "d1")]
+    assert client.resume_point() == {"a": 3, "b": 1}
+
+
+async def test_a_dropped_client_reconnects_resumes_and_sees_every_seq_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path) as node:
+        world = await World.create(node)
+        ann, bob = await world.member("ann"), await world.member("bob")
+        async with world.client(bob) as b, tcp_relay(node.services.port) as relay:
+            scope_id = await make_channel(b, "work")
+            url = f"{relay.url}?workspace={world.workspace_id}"
+            async with open_reconnecting_client(url, ann.token, backoff=FAST) as a:
+                await a.request("join", scopeId=scope_id)
+                for i in range(3):
+                    await b.send("#work", f"before {i}")
+                seen = await seqs_until(a, scope_id, 3)
+                relay.hold()
+                assert relay.cut() == 1
+                for i in range(3):
+                    await b.send("#work", f"while away {i}")
+                # A send while no session is up waits for the next one.
+                async with trio.open_nursery() as nursery:
+                    sent: list[dict[str, Any]] = []
+                    nursery.start_soon(lambda: send_into(a, sent))
+                    await trio.sleep(0.5)  # attempts are refused meanwhile
+                    assert sent == []
+                    refused = relay.accepted - 1
+                    relay.release()
+                seen += await seqs_until(a, scope_id, 7)
+                assert seen == list(range(1, 8))  # each once, in order
+                assert sent[0]["state"] == "sent"
+                assert sent[0]["acceptedSeq"] == 7
+                assert refused >= 1
+                assert len(a.welcomes) == 2
+                assert a.resume_point() == {scope_id: 7}
+                # The missed three came by resume, before live traffic.
+                assert a.repeats_dropped == []
+                assert await a.request("scopes")
+
+
+async def send_into(client: Client, results: list[dict[str, Any]]) -> None:
+    results.append(await client.send("#work", "from ann", clientMessageId="ann-1"))
+
+
+async def seqs_until(client: Client, scope_id: str, last: int) -> list[int]:
+    seqs: list[int] = []
+    while not seqs or seqs[-1] < last:
+        event = await client.next_event(timeout=10)
+        if event["type"] == "message" and event["scopeId"] == scope_id:
+            seqs.append(int(event["message"]["seq"]))
+    return seqs
+
+
+async def test_a_revoked_token_ends_the_loop_with_session_ended(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        url = f"{node.url}?workspace={world.workspace_id}"
+        async with open_reconnecting_client(url, ann.token, backoff=FAST) as a:
+            async with await connect(database_url, autocommit=True) as conn:
+                assert await directory.revoke_token(conn, ann.token)
+            with pytest.raises(SessionEnded) as ended:
+                await a.next_event(timeout=5)
+            assert ended.value.code == 4401
+            with pytest.raises(SessionEnded):
+                await a.request("scopes")
+            assert len(a.welcomes) == 1
+        # The first connect of a revoked token fails at once, without retrying.
+        with pytest.raises(SessionEnded) as refused:
+            async with open_reconnecting_client(url, ann.token, backoff=FAST):
+                pass
+        assert refused.value.code == 4401
+
+
+async def test_the_loop_gives_up_after_its_attempts(tmp_path: Path) -> None:
+    nobody = f"ws://127.0.0.1:{free_ports(1)[0]}/v1/ws"
+    backoff = Backoff(base=0.01, cap=0.05, max_attempts=3)
+    started = trio.current_time()
+    with capture_logs() as logs, pytest.raises(ReconnectGaveUp) as gave_up:
+        async with open_reconnecting_client(nobody, "snt_whatever", backoff=backoff):
+            pass
+    assert isinstance(gave_up.value.__cause__, trio_websocket.HandshakeError)  # refused
+    assert [e["failures"] for e in logs if e["event"] == "reconnect_scheduled"] == [1, 2]
+    assert trio.current_time() - started < 2

@@ -9,6 +9,9 @@ Read in this order:
 * ``daemon.py`` — :func:`open_daemon` and :class:`DaemonClient`: wakes,
   stale-delivery suppression, acks, fresh sends, and :meth:`DaemonClient.reply`,
   which answers a delivery, handles ``held`` and only then acknowledges.
+* ``reconnect.py`` — :func:`open_reconnecting_client` and ``open_daemon(...,
+  reconnect=Backoff())``: reconnect with jittered backoff, resume, and hand
+  each event and delivery over once; which closes end the loop.
 * ``chunks.py`` — how a long send is stored as rows, and reading them back.
 * ``attachments.py`` — uploads and downloads over HTTP (``Client.upload``,
   ``Client.download``), streamed both ways.
@@ -43,12 +46,23 @@ from node.client.daemon import (
     reply_client_message_id,
 )
 from node.client.frontier import Delivery, Frontier
+from node.client.reconnect import (
+    RETRYABLE_CLOSE_CODES,
+    Backoff,
+    ReconnectGaveUp,
+    ReconnectingClient,
+    SessionEnded,
+    is_retryable,
+    open_reconnecting_client,
+)
 
 __all__ = [
     "CHUNK_SEPARATOR",
     "DAEMON_CAPABILITIES",
     "REPLY_ATTEMPTS",
+    "RETRYABLE_CLOSE_CODES",
     "AttachmentError",
+    "Backoff",
     "ChunkInfo",
     "Client",
     "ClientError",
@@ -57,13 +71,18 @@ __all__ = [
     "Delivery",
     "Frontier",
     "ProtocolViolation",
+    "ReconnectGaveUp",
+    "ReconnectingClient",
     "Replied",
     "ReplyNotSent",
     "Revise",
+    "SessionEnded",
     "chunk_client_message_id",
     "chunk_info",
+    "is_retryable",
     "join_chunks",
     "open_client",
     "open_daemon",
+    "open_reconnecting_client",
     "reply_client_message_id",
 ]

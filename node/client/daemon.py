@@ -24,7 +24,7 @@ import math
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ import trio
 
 from node.client.connection import Client, ClientError, open_client
 from node.client.frontier import Delivery, Frontier, as_seq
+from node.client.reconnect import Backoff, open_reconnecting_client
 
 __all__ = [
     "DAEMON_CAPABILITIES",
@@ -500,6 +501,7 @@ async def open_daemon(
     name: str = "scopenode-daemon",
     capabilities: Sequence[str] = DAEMON_CAPABILITIES,
     keep_events: bool = True,
+    reconnect: Backoff | None = None,
     **kwargs: Any,
 ) -> AsyncIterator[DaemonClient]:
     """:func:`open_client` as a daemon (``kind="daemon"``, capabilities freshness and ack).
@@ -509,8 +511,31 @@ async def open_daemon(
     event but ``deliver`` is dropped (``error`` events are logged), for a
     daemon that never calls :meth:`DaemonClient.next_event`. Other keywords go
     to :func:`open_client`.
+
+    With ``reconnect`` the daemon outlives its sessions
+    (:func:`~node.client.reconnect.open_reconnecting_client`): a retryable loss
+    reconnects after a ``Backoff`` delay, pending deliveries come back on the
+    new session and each reaches :meth:`DaemonClient.next_wake` once; ``ack``,
+    ``reply`` and reads whose answer was lost are sent again on the next
+    session. When the loop ends every call raises ``SessionEnded`` (4401 …)
+    or ``ReconnectGaveUp``. ``message`` events are resumed from the last seq
+    seen per scope, unless ``keep_events`` is False.
     """
-    async with open_client(
-        url, token, kind="daemon", name=name, capabilities=capabilities, **kwargs
-    ) as client:
+    opened: AbstractAsyncContextManager[Client]
+    if reconnect is None:
+        opened = open_client(
+            url, token, kind="daemon", name=name, capabilities=capabilities, **kwargs
+        )
+    else:
+        opened = open_reconnecting_client(
+            url,
+            token,
+            backoff=reconnect,
+            track_resume=keep_events,
+            kind="daemon",
+            name=name,
+            capabilities=capabilities,
+            **kwargs,
+        )
+    async with opened as client:
         yield DaemonClient(client, frontier, keep_events=keep_events)
