@@ -24,12 +24,14 @@ from actors.scope_state import SendCommand
 from actors.send_rules import client_message_id_error
 from node.client import (
     REPLY_ATTEMPTS,
+    Backoff,
     Client,
     ClientError,
     ConnectionClosed,
     DaemonClient,
     Delivery,
     Frontier,
+    ReconnectingClient,
     ReplyNotSent,
     chunk_client_message_id,
     join_chunks,
@@ -37,6 +39,7 @@ from node.client import (
 )
 from node.outbox_worker import WorkerSettings
 from tests.nodes import Person, World, make_channel, running_node
+from tests.proc_cluster import tcp_relay
 
 # The outbox worker re-pushes unacknowledged deliveries after a backoff; these
 # tests are about redelivery on connect, so keep the worker out of the way.
@@ -634,3 +637,49 @@ async def test_long_send_is_chunked_by_the_node_and_resumes_after_partial_hold(
                 content,
                 "interjection",
             ]
+
+
+async def test_a_reconnecting_daemon_gets_each_unacked_delivery_back_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path, outbox=QUIET_WORKER) as node:
+        world = await World.create(node)
+        human = await world.member("human")
+        agent = await world.member("helper", MemberType.AGENT)
+        async with world.client(human) as h, tcp_relay(node.services.port) as relay:
+            url = f"{relay.url}?workspace={world.workspace_id}"
+            fast = Backoff(base=0.05, cap=0.2, deadline=20)
+            async with open_daemon(url, agent.token, reconnect=fast) as d:
+                await make_channel(h, "work", d.client)
+                for i in range(3):
+                    await h.send("#work", f"@helper task {i}")
+                first = await d.next_wake(timeout=10)
+                d.handed_to_runtime(first)
+                await d.ack(first)
+                second = await d.next_wake(timeout=10)  # with the runtime, not acked
+                relay.hold()
+                assert relay.cut() == 1
+                await h.send("#work", "@helper while away")
+                relay.release()
+                # Sent again on the next session, after the pending deliveries.
+                d.handed_to_runtime(second)
+                await d.ack(second)
+                later = [await d.next_wake(timeout=10) for _ in range(2)]
+                assert [x.message["content"] for x in later] == [
+                    "@helper task 2",
+                    "@helper while away",
+                ]
+                for delivery in later:
+                    d.handed_to_runtime(delivery)
+                    await d.ack(delivery)
+                with pytest.raises(trio.TooSlowError):
+                    await d.next_wake(timeout=1)
+                assert isinstance(d.client, ReconnectingClient)
+                assert len(d.client.welcomes) == 2
+                # The node sent the unacked ones again; the runtime saw them once.
+                dropped = {key for kind, key in d.client.repeats_dropped if kind == "deliver"}
+                assert second.delivery_id in dropped
+                assert first.delivery_id not in dropped
+                assert dropped <= {second.delivery_id, later[0].delivery_id}
+                assert d.suppressed == []
+        assert wake_rows(database_url, agent.id) == [(s, "delivered") for s in (1, 2, 3, 4)]
