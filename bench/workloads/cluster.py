@@ -80,7 +80,7 @@ BACKOFF_S = (0.05, 0.3)  # jittered, so the dropped sessions do not reconnect in
 MAX_CONNECTS = 200  # per failover session, across the whole run
 POLL_S = 0.005
 CONTENT_PAD = "x" * 100
-_SESSIONS_GAUGE = re.compile(rb"^scopenode_sessions (\S+)$", re.MULTILINE)
+_GAUGE = re.compile(rb"^scopenode_(\w+) (\S+)$", re.MULTILINE)  # unlabelled samples
 
 
 @dataclass(frozen=True)
@@ -379,6 +379,7 @@ async def throughput(
     elapsed: dict[str, float] = {}
     errors: Counter[str] = Counter()
     cpu: dict[str, dict[str, float]] = {"proxy": {}, "direct": {}}
+    groups: dict[str, list[float]] = {"proxy": [0.0, 0.0], "direct": [0.0, 0.0]}
     route: dict[str, str] = {}  # workspace -> node HAProxy picked
     per_round = duration_s / THROUGHPUT_ROUNDS.count("proxy")
     for mode in THROUGHPUT_ROUNDS:
@@ -391,9 +392,11 @@ async def throughput(
             if mode == "proxy":
                 for team, s in zip(teams, sessions, strict=True):
                     route[team.workspace_id] = str(s.welcome["nodeId"])
-            before = cluster.cpu_s()
+            before, groups_before = cluster.cpu_s(), await group_commits(cluster)
             count, took = await _closed_loop(sessions, teams, per_round, timeout_s, errors)
-            after = cluster.cpu_s()
+            after, groups_after = cluster.cpu_s(), await group_commits(cluster)
+        for k in (0, 1):
+            groups[mode][k] += groups_after[k] - groups_before[k]
         sends[mode] += count
         elapsed[mode] = elapsed.get(mode, 0.0) + took
         for name, value in after.items():
@@ -404,19 +407,26 @@ async def throughput(
         "senders": len(teams),
         "rounds": list(THROUGHPUT_ROUNDS),
         "seconds_per_round": round(per_round, 3),
-        "proxy": {
-            "sends": sends["proxy"],
-            "sends_per_s": rate.get("proxy"),
-            "cpu_s": dict(cpu["proxy"]),
-        },
-        "direct": {
-            "sends": sends["direct"],
-            "sends_per_s": rate.get("direct"),
-            "cpu_s": dict(cpu["direct"]),
-        },
+        "proxy": _mode_result(sends["proxy"], rate.get("proxy"), cpu["proxy"], groups["proxy"]),
+        "direct": _mode_result(
+            sends["direct"], rate.get("direct"), cpu["direct"], groups["direct"]
+        ),
         "proxy_over_direct": ratio(rate.get("proxy"), rate.get("direct")),
         "senders_per_node": dict(Counter(route.values())),
         "errors": dict(errors),
+    }
+
+
+def _mode_result(
+    sends: int, rate: float | None, cpu: dict[str, float], groups: list[float]
+) -> dict[str, Any]:
+    node_cpu = sum(v for k, v in cpu.items() if k != "haproxy")
+    return {
+        "sends": sends,
+        "sends_per_s": rate,
+        "cpu_s": dict(cpu),
+        "node_cpu_ms_per_send": round(1000 * node_cpu / sends, 3) if sends else None,
+        "sends_per_group_statement": round(groups[1] / groups[0], 2) if groups[0] else None,
     }
 
 
@@ -643,9 +653,24 @@ async def _send_direct(node: RunningNode, team: Team, label: str) -> int:
 
 async def sessions_gauge(port: int, timeout: float = 2.0) -> int | None:
     """The node's ``scopenode_sessions`` gauge, from its ``/metrics``."""
+    found = (await node_gauges(port, timeout)).get("sessions")
+    return int(found) if found is not None else None
+
+
+async def node_gauges(port: int, timeout: float = 2.0) -> dict[str, float]:
+    """The node's unlabelled ``scopenode_*`` samples, from its ``/metrics``."""
     body = await http_get("127.0.0.1", port, "/metrics", timeout)
-    found = _SESSIONS_GAUGE.search(body or b"")
-    return int(float(found.group(1))) if found else None
+    return {m[1].decode(): float(m[2]) for m in _GAUGE.finditer(body or b"")}
+
+
+async def group_commits(cluster: Cluster) -> tuple[float, float]:
+    """(statements, sends) of every node's group committer so far."""
+    statements = sends = 0.0
+    for node in cluster.nodes:
+        gauges = await node_gauges(node.port)
+        statements += gauges.get("group_commit_statements", 0.0)
+        sends += gauges.get("group_commit_sends", 0.0)
+    return statements, sends
 
 
 async def http_get(host: str, port: int, path: str, timeout: float) -> bytes | None:
@@ -757,6 +782,16 @@ def _render_size(r: dict[str, Any]) -> str:
         ("sends/s via HAProxy", f"{tp['proxy']['sends_per_s']:,.1f}"),
         ("sends/s direct", f"{tp['direct']['sends_per_s']:,.1f}"),
         ("HAProxy / direct", str(tp["proxy_over_direct"])),
+        (
+            "node CPU ms/send",
+            f"{tp['proxy']['node_cpu_ms_per_send']} via HAProxy, "
+            f"{tp['direct']['node_cpu_ms_per_send']} direct",
+        ),
+        (
+            "sends per group statement",
+            f"{tp['proxy']['sends_per_group_statement']} via HAProxy, "
+            f"{tp['direct']['sends_per_group_statement']} direct",
+        ),
         ("sessions per node", _per_node(s["per_node_welcome"])),
         ("  (node gauges)", _per_node(s["per_node_metrics"])),
     ]
@@ -768,6 +803,7 @@ def _render_size(r: dict[str, Any]) -> str:
                 f"{f['sessions_back']} back, all in {f['all_back_ms']} ms, ok={f['ok']}",
             )
         )
+        rows.append(("  failed attempt after kill", _p(f["failed_attempts_after_kill"])))
         rows.append(("  first welcome after kill", _p(f["first_welcome_after_kill"])))
     title = f"cluster of {r['nodes']} node{'s' if r['nodes'] > 1 else ''}"
     width = max(len(k) for k, _ in rows)
