@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -21,6 +21,7 @@ from actors.model import (
     StoredMessage,
 )
 from actors.planner import MessagePlan, MutationPlan
+from actors.reactions import ReactionSummary, StoredReaction
 
 
 class FenceLost(Exception):
@@ -138,6 +139,10 @@ class CommittedMutation:
 
     at: datetime
     woken: frozenset[str]
+    # An edit's: the message's reactions as stored (read by its statement),
+    # and the summary each reader is shown, which the actor fills in.
+    reactions: tuple[StoredReaction, ...] = ()
+    reactions_shown: Mapping[str, tuple[ReactionSummary, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from actors.ports import (
     ReactionWrite,
     ScopeStore,
 )
+from actors.reactions import summaries_by_reader
 from actors.scope_state import (
     ROW_LIMIT,
     Append,
@@ -601,6 +602,8 @@ class ScopeActor:
         # The database's time of the write is what readers are shown.
         if plan.kind == "edit":
             plan = replace(plan, message=replace(plan.message, edited_at=outcome.at))
+            shown = summaries_by_reader(outcome.reactions, plan.readers, state.members)
+            outcome = replace(outcome, reactions_shown=shown)
         else:
             plan = replace(plan, message=replace(plan.message, deleted_at=outcome.at))
         with self._publisher.batch():

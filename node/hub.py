@@ -48,6 +48,7 @@ import structlog
 
 from actors.planner import MessagePlan, MutationPlan
 from actors.ports import CommittedMutation, CommittedSend, ReactionActivity, ThreadActivity
+from actors.reactions import ReactionSummary
 from node.views import (
     committed_message_view,
     rfc3339,
@@ -373,18 +374,20 @@ class Hub:
             )
             payloads = dict.fromkeys(plan.readers, payload)
         else:
-            # ``metadata.recipients`` is for the author and the recipients only.
+            # ``metadata.recipients`` is for the author and the recipients only,
+            # and each reader is shown the reactions it may see: one encoding
+            # per distinct (recipients shown, reactions shown).
             recipients = message.metadata.get("recipients") or ()
             privileged = {message.author.id, *recipients}
-            views = {
-                True: stored_message_view(message, message.author.id),
-                False: stored_message_view(message, None),
-            }
-            encoded = {
-                key: encode(MessageUpdatedEvent(scope_id=scope_id, message=view))
-                for key, view in views.items()
-            }
-            payloads = {reader: encoded[reader in privileged] for reader in plan.readers}
+            encoded: dict[tuple[bool, tuple[ReactionSummary, ...]], bytes] = {}
+            payloads = {}
+            for reader in plan.readers:
+                key = (reader in privileged, commit.reactions_shown.get(reader, ()))
+                if key not in encoded:
+                    view = stored_message_view(message, message.author.id if key[0] else None)
+                    view.reactions = [summary.view() for summary in key[1]]
+                    encoded[key] = encode(MessageUpdatedEvent(scope_id=scope_id, message=view))
+                payloads[reader] = encoded[key]
         for reader, payload in payloads.items():
             for session in self._sessions.get(reader, ()):
                 if not session.is_muted(scope_id):

@@ -21,7 +21,7 @@ from node.views import stored_message_view
 from node.wsframe import frame
 from protocol.codec import encode
 from protocol.frames import Deliver, MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
-from storage import messages, outbox, scopes
+from storage import messages, outbox, reactions, scopes
 from storage.outbox import LeasedRow
 from storage.pg import Pool, TrioConnection
 
@@ -216,6 +216,8 @@ class OutboxWorker:
                 )
             else:
                 view = stored_message_view(message, listing.member.id)
+                shown = await reactions.summaries(conn, [message.id], listing.member)
+                view.reactions = [s.view() for s in shown.get(message.id, [])]
                 payload = encode(MessageUpdatedEvent(scope_id=row.scope_id, message=view))
             for session in sessions:
                 if not session.is_muted(row.scope_id):

@@ -34,6 +34,7 @@ from storage.applier import REPLAY_AFTER, WAKE_RETRY_AFTER
 from storage.errors import map_errors
 from storage.messages import MESSAGE_COLUMNS, message_from_row
 from storage.pg import TrioConnection
+from storage.reactions import STORED_OF_MESSAGE, stored_reactions
 
 # A projection not marked delivered by then (the node died between commit and
 # push) is replayed by the outbox worker, on the same clock as a send's rows.
@@ -91,6 +92,11 @@ LEFT JOIN written w ON true
 WHERE cur.id = %(message_id)s
 """
 
+# An edit also returns the message's reactions, for its projection.
+_EDIT_RESULT = _RESULT.replace(
+    "FROM scope_messages cur", f", {STORED_OF_MESSAGE}\nFROM scope_messages cur"
+)
+
 # The new content replaces the old, which moves to a revision row; the search
 # document follows. Conditional on the revision the plan saw and on the
 # message not being deleted.
@@ -112,7 +118,7 @@ WITH {_FENCE}, written AS (
     UPDATE scope_message_search_docs d SET body = %(content)s
     FROM written w WHERE d.message_id = w.id
 ), {_OUTBOX}
-{_RESULT}
+{_EDIT_RESULT}
 """
 
 # A tombstone keeps id, seq and author; its words, reactions, sources, search
@@ -217,10 +223,15 @@ async def apply(conn: TrioConnection, plan: MutationPlan) -> CommittedMutation |
         row = await cur.fetchone()
     if row is None:
         return MutationConflict(revision=plan.expected_revision, deleted=True)
-    fenced, at, woken, revision, deleted = row
+    fenced, at, woken, revision, deleted = row[:5]
     at_: datetime | None = at
     if at_ is None:
         if not fenced:
             raise FenceLost(plan.message.scope_id)
         return MutationConflict(revision=revision, deleted=deleted)
-    return CommittedMutation(at=at_, woken=frozenset(w for w in woken or () if w is not None))
+    return CommittedMutation(
+        at=at_,
+        woken=frozenset(w for w in woken or () if w is not None),
+        # An edit's projection shows the message's reactions (a delete removed them).
+        reactions=stored_reactions(row[5]) if len(row) > 5 else (),
+    )

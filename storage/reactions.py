@@ -15,7 +15,6 @@ it with :data:`REACT_GROUP`, the same statement for many messages at once.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -23,14 +22,13 @@ import msgspec
 from actors.ids import new_id
 from actors.model import Member
 from actors.ports import ReactionOutcome, ReactionWrite
+from actors.reactions import SHOWN_MEMBERS, ReactionSummary, StoredReaction
 from storage.errors import map_errors
 from storage.pg import Prepared, TrioConnection
 from storage.visibility import READABLE_JOIN, Viewer
 
 # Distinct emoji one message may carry (the 21st is refused).
 MAX_DISTINCT_EMOJI = 20
-# Reactors named per emoji in a summary; ``count`` is always the full count.
-SHOWN_MEMBERS = 20
 
 _TARGET = f"""
 fence AS (
@@ -364,16 +362,6 @@ async def react_many(
     return [_outcome(row[1:]) for row in found]
 
 
-@dataclass(frozen=True, slots=True)
-class ReactionSummary:
-    emoji: str
-    count: int
-    member_ids: tuple[str, ...]
-
-    def view(self) -> dict[str, Any]:
-        return {"emoji": self.emoji, "count": self.count, "memberIds": list(self.member_ids)}
-
-
 async def summaries(
     conn: TrioConnection, message_ids: Sequence[str], viewer: Member
 ) -> dict[str, list[ReactionSummary]]:
@@ -394,6 +382,28 @@ async def summaries(
     for message_id, emoji, count, member_ids in rows:
         out.setdefault(message_id, []).append(ReactionSummary(emoji, count, tuple(member_ids)))
     return out
+
+
+# Every reaction of the message ``%(message_id)s`` as one jsonb value, for
+# statements that return it with their result (an edit's, for the
+# projection): ``actors.reactions`` decides from it who is shown what.
+STORED_OF_MESSAGE = """(
+    SELECT coalesce(jsonb_agg(jsonb_build_array(x.member_id, x.emoji, x.rank, x.owner)), '[]')
+    FROM (
+        SELECT r.member_id, r.emoji, dense_rank() OVER (ORDER BY r.created_at) AS rank,
+               CASE WHEN rm.is_private THEN rm.owner_member_id END AS owner
+        FROM scope_message_reactions r JOIN members rm ON rm.id = r.member_id
+        WHERE r.message_id = %(message_id)s
+    ) x
+)"""
+
+
+def stored_reactions(value: Sequence[Sequence[Any]] | None) -> tuple[StoredReaction, ...]:
+    """The value of :data:`STORED_OF_MESSAGE`, decoded."""
+    return tuple(
+        StoredReaction(str(member_id), str(emoji), int(rank), owner)
+        for member_id, emoji, rank, owner in value or ()
+    )
 
 
 MESSAGE_HOME = "SELECT scope_id, workspace_id FROM scope_messages WHERE id = %s"

@@ -210,6 +210,48 @@ async def test_edit_reaches_every_reader_once_and_wakes_the_newly_mentioned(
                 assert not _of(await _quiet_events(b, 0.3), "messageUpdated")
 
 
+async def test_message_updated_carries_the_reactions_each_reader_is_shown(
+    database_url: str, tmp_path: Path
+) -> None:
+    """``messageUpdated`` shows the message's current ``reactions`` as history
+    does for the same viewer: a private agent's reaction only to it and its
+    owner, and to the agent only its own and its owner's."""
+    with trio.fail_after(60):
+        async with running_node(database_url, tmp_path) as node:
+            world = await World.create(node)
+            ann, bob = await world.member("ann"), await world.member("bob")
+            agent = await world.member("ann-bot", MemberType.AGENT, owner=ann, private=True)
+            async with (
+                world.client(ann) as a,
+                world.client(bob) as b,
+                world.client(agent) as p,
+            ):
+                scope_id = await make_channel(a, "edits", b)
+                await a.request("invite", scopeId=scope_id, memberId=agent.id, visibility="private")
+                message_id = (await a.send("#edits", "hello all"))["messageId"]
+                assert await b.react(message_id, "👍") == {"changed": True}
+                assert await p.react(message_id, "👀") == {"changed": True}
+                assert await a.react(message_id, "👍") == {"changed": True}
+                for client in (a, b, p):
+                    await _quiet_events(client, 0.3)
+
+                await a.edit(message_id, "hello everyone")
+                thumbs = {"emoji": "👍", "count": 2, "memberIds": [bob.id, ann.id]}
+                eyes = {"emoji": "👀", "count": 1, "memberIds": [agent.id]}
+                expected = {
+                    ann.id: [thumbs, eyes],
+                    bob.id: [thumbs],
+                    agent.id: [eyes, {"emoji": "👍", "count": 1, "memberIds": [ann.id]}],
+                }
+                for client, member in ((a, ann), (b, bob), (p, agent)):
+                    (update,) = _of(await _quiet_events(client), "messageUpdated")
+                    assert update["message"]["content"] == "hello everyone"
+                    assert update["message"]["reactions"] == expected[member.id]
+                    history = await client.history(f"scope:{scope_id}")
+                    (shown,) = [m for m in history["messages"] if m["id"] == message_id]
+                    assert shown["reactions"] == expected[member.id]
+
+
 async def test_newly_mentioned_agent_gets_exactly_one_deliver(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -318,6 +360,7 @@ async def test_crash_between_commit_and_projection_replays_it_once(
         async with world.client(ann) as a, world.client(bob) as b:
             scope_id = await make_channel(a, "crash", b)
             sent = await a.send("#crash", "before")
+            await b.react(sent["messageId"], "👍")
             await _quiet_events(b, 0.3)
             edited = await a.edit(sent["messageId"], "after")
             # Committed, nothing pushed: only the outbox row knows.
@@ -344,6 +387,7 @@ async def test_crash_between_commit_and_projection_replays_it_once(
                 1,
             )
             assert view["editedAt"] == edited["editedAt"]
+            assert view["reactions"] == [{"emoji": "👍", "count": 1, "memberIds": [bob.id]}]
             assert not _of(events, "message")  # nothing new: no unread, no replay
         assert await _projection_status(database_url, sent["messageId"]) == "delivered"
 
