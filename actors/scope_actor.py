@@ -237,6 +237,10 @@ class ScopeActor:
         self.stale = False
         self.commits = 0
         self._processing = 0
+        # What the cached roster says about each reactor, for the state and
+        # roster generation it was read from (see _reactor).
+        self._reactors: dict[str, _Reactor] = {}
+        self._reactors_of: tuple[int, int] = (0, -1)
 
     # ------------------------------------------------------------ outside API
 
@@ -773,8 +777,8 @@ class ScopeActor:
                 reactor=cmd.reactor,
                 message_id=cmd.message_id,
                 emoji=cmd.emoji,
-                public_reader=_public_reader(state, cmd.reactor),
-                wake=_wake_candidates(state, cmd.reactor),
+                public_reader=self._reactor(state, cmd.reactor).public_reader,
+                wake=self._reactor(state, cmd.reactor).wake,
             )
             for cmd in group
         ]
@@ -793,6 +797,22 @@ class ScopeActor:
             for cmd in group:
                 cmd.reply(_unavailable("the reaction was not stored; retry"))
             return None
+
+    def _reactor(self, state: ScopeState, reactor: Member) -> _Reactor:
+        """What the roster says about ``reactor``, computed once per roster.
+
+        Kept for the state object and roster generation it was read from: a
+        roster change this actor applies bumps the generation or replaces the
+        state (a reload), and one it could not adopt makes the next
+        statement miss the fence and reload before anything is published.
+        """
+        key = (id(state), state.roster_generation)
+        if key != self._reactors_of:
+            self._reactors, self._reactors_of = {}, key
+        known = self._reactors.get(reactor.id)
+        if known is None:
+            known = self._reactors[reactor.id] = _reactor_view(state, reactor)
+        return known
 
     def _answer_react(self, state: ScopeState, cmd: ReactCommand, outcome: ReactionOutcome) -> None:
         if not outcome.found:
@@ -822,17 +842,16 @@ class ScopeActor:
         assert outcome.seq is not None
         assert outcome.created_at is not None
         reactor = cmd.reactor
-        shown = frozenset(
-            reader
-            for reader in readers(
+        known = self._reactor(state, reactor)
+        shown = known.audience
+        if known.per_message:
+            shown |= readers(
                 state.visibility,
-                state.current_readers() | state.parent_readers | {reactor.id},
+                known.per_message,
                 outcome.author_id,
                 outcome.seq,
                 outcome.created_at,
             )
-            if sees_reaction(state.members[reader], reactor)
-        )
         author = state.members.get(outcome.author_id)
         woken = (
             frozenset({outcome.author_id})
@@ -981,4 +1000,35 @@ def _wake_candidates(state: ScopeState, reactor: Member) -> frozenset[str]:
         for member_id, setting in state.notification.items()
         if setting is NotificationState.AUTO_WAKE
         and reaction_wakes(setting, state.members.get(member_id), reactor)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Reactor:
+    """A reactor as the cached roster sees it, whatever the message."""
+
+    public_reader: bool
+    wake: frozenset[str]
+    # Readers shown its reactions on every message: humans and public agents
+    # read every message of a scope they read (actors/visibility.py).
+    audience: frozenset[str]
+    # Private agents shown its reactions that read message by message.
+    per_message: tuple[str, ...]
+
+
+def _reactor_view(state: ScopeState, reactor: Member) -> _Reactor:
+    candidates = state.current_readers() | state.parent_readers | {reactor.id}
+    shown = [
+        member
+        for member_id in candidates
+        if (member := state.members.get(member_id)) is not None and sees_reaction(member, reactor)
+    ]
+    public = [m.id for m in shown if not m.is_private_agent]
+    # Any message will do for them: their readability does not depend on it.
+    anything = datetime.fromtimestamp(0, UTC)
+    return _Reactor(
+        public_reader=_public_reader(state, reactor),
+        wake=_wake_candidates(state, reactor),
+        audience=readers(state.visibility, public, "", 0, anything),
+        per_message=tuple(m.id for m in shown if m.is_private_agent),
     )
