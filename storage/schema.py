@@ -27,6 +27,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (5, "attachments", "schema_v5_attachments.sql"),
     (6, "sources", "schema_v6_sources.sql"),
     (7, "search", "schema_v7_search.sql"),
+    (8, "search_scale", "schema_v8_search_scale.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators
 _BOOKKEEPING = "schema_migrations"

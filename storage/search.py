@@ -23,6 +23,9 @@ import base64
 import binascii
 import hashlib
 import json
+import re
+import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,7 +34,7 @@ from typing import Any, Literal
 from actors.search_query import ParsedQuery, Term, TermKind
 from storage.errors import map_errors
 from storage.messages import MESSAGE_COLUMNS, ReadableMessage, message_from_row
-from storage.pg import TrioConnection
+from storage.pg import Prepared, TrioConnection
 from storage.visibility import READABLE_JOIN
 
 Sort = Literal["recent", "relevance"]
@@ -51,6 +54,7 @@ class BadCursor(ValueError):
 # The predicate's per-scope parameters become columns of the viewer's candidate
 # scopes, computed once per scope as scopes.viewer_for does (not once per row:
 # the planner would plan that lookup again at every place the predicate uses it).
+# ``docs`` (the scope's latest seq) sizes what the viewer could read.
 _RIGHTS = """
 rights AS MATERIALIZED (
     SELECT
@@ -62,10 +66,16 @@ rights AS MATERIALIZED (
         ) AS viewer_public,
         sc.type = 'thread' AS in_thread,
         CASE WHEN sc.parent_scope_id IS NULL THEN ARRAY[sc.id]
-             ELSE ARRAY[sc.id, sc.parent_scope_id] END AS grant_scopes
+             ELSE ARRAY[sc.id, sc.parent_scope_id] END AS grant_scopes,
+        sc.latest_seq AS docs
     FROM scopes sc
     WHERE sc.id IN (SELECT scope_id FROM scopes_in)
 )"""
+# With a scope filter only that scope is a candidate (its size decides the strategy).
+_RIGHTS_ONE = _RIGHTS.replace(
+    "WHERE sc.id IN (SELECT scope_id FROM scopes_in)",
+    "WHERE sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id = %(scope_id)s",
+)
 _PER_ROW = {
     "%(viewer_public)s": "sv.viewer_public",
     "%(in_thread)s": "sv.in_thread",
@@ -138,33 +148,25 @@ def _tsquery(words: list[str]) -> str:
     return " & ".join(f"'{w}':*" for w in words)
 
 
-def _term_condition(t: Term, name: str, params: dict[str, object]) -> str:
+def _term_condition(t: Term, name: str, params: dict[str, object], *, indexed: bool) -> str:
+    """The term's condition: as an operator the text indexes answer, or (not
+    ``indexed``) as the same function called per row, which no index takes."""
     if t.kind is TermKind.WORD:
         params[name] = _tsquery([t.text])
-        return f"d.body_tsv @@ to_tsquery('simple', %({name})s)"
+        query = f"to_tsquery('simple', %({name})s)"
+        return f"d.body_tsv @@ {query}" if indexed else f"ts_match_vq(d.body_tsv, {query})"
     params[name] = _like(t.text)
-    return f"d.body ILIKE %({name})s"
+    return f"d.body ILIKE %({name})s" if indexed else f"texticlike(d.body, %({name})s)"
 
 
-def build_query(
-    parsed: ParsedQuery,
-    filters: Filters,
-    viewer_params: dict[str, object],
-    *,
-    sort: Sort,
-    limit: int,
-    after: tuple[Any, ...] | None,
-    raw: bool = False,
-) -> tuple[str, dict[str, object]]:
-    """The search statement and its parameters. ``raw`` leaves out the viewer
-    (the bench's baseline: the same index work without the predicate)."""
-    params: dict[str, object] = {"workspace_id": filters.workspace_id, "limit": limit + 1}
-    params.update(viewer_params)
+def _conditions(
+    parsed: ParsedQuery, filters: Filters, params: dict[str, object], *, indexed: bool
+) -> list[str]:
     where = ["d.workspace_id = %(workspace_id)s"]
     for i, t in enumerate(parsed.terms):
-        where.append(_term_condition(t, f"t{i}", params))
+        where.append(_term_condition(t, f"t{i}", params, indexed=indexed))
     for i, t in enumerate(parsed.excluded):
-        where.append(f"NOT ({_term_condition(t, f'x{i}', params)})")
+        where.append(f"NOT ({_term_condition(t, f'x{i}', params, indexed=False)})")
     if filters.scope_id is not None:
         params["scope_id"] = filters.scope_id
         where.append("d.scope_id = %(scope_id)s")
@@ -184,6 +186,19 @@ def build_query(
             " JOIN scopes cs ON cs.id = cp.scope_id OR cs.parent_scope_id = cp.scope_id"
             " WHERE cp.workspace_id = %(workspace_id)s AND cp.slug = ANY(%(channels)s))"
         )
+    return where
+
+
+@dataclass(frozen=True, slots=True)
+class _Order:
+    rank: str
+    order: str
+    after: str | None
+
+
+def _order(
+    parsed: ParsedQuery, sort: Sort, after: tuple[Any, ...] | None, params: dict[str, object]
+) -> _Order:
     words = [t.text for t in parsed.terms if t.kind is TermKind.WORD]
     if sort == "relevance" and words:
         params["rank_query"] = " | ".join(f"'{w}':*" for w in words)
@@ -196,38 +211,298 @@ def build_query(
     else:
         order = "d.created_at DESC, d.message_id DESC"
         key = "(d.created_at, d.message_id)"
+    condition = None
     if after is not None:
-        params["after"] = after
         if sort == "relevance":
-            where.append(f"{key} < (%(after_rank)s::real, %(after_at)s, %(after_id)s)")
+            condition = f"{key} < (%(after_rank)s::real, %(after_at)s, %(after_id)s)"
             params.update(after_rank=after[0], after_at=after[1], after_id=after[2])
         else:
-            where.append(f"{key} < (%(after_at)s, %(after_id)s)")
+            condition = f"{key} < (%(after_at)s, %(after_id)s)"
             params.update(after_at=after[0], after_id=after[1])
-        del params["after"]
-    if raw:
-        statement = f"""
-SELECT d.message_id, {rank}, d.created_at
+    return _Order(rank, order, condition)
+
+
+def build_query(
+    parsed: ParsedQuery,
+    filters: Filters,
+    viewer_params: dict[str, object],
+    *,
+    sort: Sort,
+    limit: int,
+    after: tuple[Any, ...] | None,
+    raw: bool = False,
+    estimate: Estimate | None = None,
+) -> tuple[str, dict[str, object]]:
+    """The search statement and its parameters. ``raw`` leaves out the viewer
+    (the bench's baseline: the same index work without the predicate, planned
+    for its terms at every call)."""
+    if not raw:
+        return _readable_query(
+            parsed, filters, viewer_params, sort, limit, after, estimate or Estimate(None, True)
+        )
+    params: dict[str, object] = {"workspace_id": filters.workspace_id, "limit": limit + 1}
+    where = _conditions(parsed, filters, params, indexed=True)
+    order = _order(parsed, sort, after, params)
+    if order.after is not None:
+        where.append(order.after)
+    statement = f"""
+SELECT d.message_id, {order.rank}, d.created_at
 FROM scope_message_search_docs d
 WHERE {" AND ".join(where)}
-ORDER BY {order}
+ORDER BY {order.order}
 LIMIT %(limit)s"""
-        return statement, params
-    statement = f"""
-WITH {_SCOPES_IN},
-{_RIGHTS}
-SELECT {MESSAGE_COLUMNS}, {rank}
-FROM scope_message_search_docs d
+    return statement, params
+
+
+# ------------------------------------------------------- the readable query
+#
+# The statement is prepared once per shape (terms and their kinds, filters,
+# sort, cursor, limit) and runs with a generic plan, so a search is not planned
+# again at every call. A generic plan cannot tell a rare term from a common
+# one, so the statement holds three candidate strategies and runs only the one
+# its estimate picks (the others sit behind a one-time filter):
+#   walk   - the (workspace_id, created_at) index newest first, each row tested,
+#            until the page is full: cheap when readable matches are dense;
+#   terms  - the text indexes find every match, then sort: cheap for rare terms;
+#   scopes - every document of the viewer's scopes, tested, then sort: bounded
+#            by what the viewer reads (a substring too short for trigrams).
+# Every parameter enters as an initplan, so the planner's estimates never
+# depend on the values: the custom plans PostgreSQL makes for the first
+# executions cost what the generic one does, and the generic one is kept.
+
+UNKNOWN_FREQ = 1e-4  # a term the statistics do not track is taken as rare
+
+_PARAM_TYPES = {
+    "limit": "int8",
+    "viewer_private": "bool",
+    "walkable": "bool",
+    "indexable": "bool",
+    "freq": "float8",
+    "handles": "text[]",
+    "channels": "text[]",
+    "after_rank": "float4",
+    "after_at": "timestamptz",
+}
+
+_PLAN = """
+plan AS MATERIALIZED (
+    SELECT CASE
+        WHEN e.walk <= e.terms AND e.walk <= e.scopes THEN 'walk'
+        WHEN e.terms <= e.scopes THEN 'terms'
+        ELSE 'scopes'
+    END AS how, e.scope_ids
+    FROM (
+        SELECT
+            CASE WHEN %(walkable)s THEN least(n.docs, {limit} * n.docs / (f.freq * r.docs))
+                 ELSE 'Infinity'::float8 END AS walk,
+            CASE WHEN %(indexable)s THEN f.freq * n.docs ELSE 'Infinity'::float8 END AS terms,
+            r.docs AS scopes, r.scope_ids
+        FROM (SELECT greatest(sum(rights.docs), 1)::float8 AS docs,
+                     array_agg(rights.scope_id) AS scope_ids FROM rights) r,
+             (SELECT greatest(c.reltuples, 1)::float8 AS docs FROM pg_class c
+              WHERE c.oid = 'scope_message_search_docs'::regclass) n,
+             (SELECT coalesce(%(freq)s, {unknown}) AS freq) f
+    ) e
+)"""
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """What the statement's strategy choice knows of the terms: the share of
+    documents they match (None: unknown), and whether a text index can find
+    them (a substring needs three characters in a row for trigrams)."""
+
+    freq: float | None
+    indexable: bool
+
+
+def _branch(how: str, source: str, where: list[str], order: _Order, limit: int) -> str:
+    return f"""(
+SELECT {MESSAGE_COLUMNS}, {order.rank}
+FROM {source} d
 JOIN rights sv ON sv.scope_id = d.scope_id
 JOIN scope_messages m ON m.id = d.message_id
 JOIN members mem ON mem.id = m.author_member_id
 {READABLE_PER_ROW}
-WHERE {" AND ".join(where)}
+WHERE (SELECT p.how FROM plan p) = '{how}' AND {" AND ".join(where or ["true"])}
   AND m.deleted_at IS NULL AND v.reason IS NOT NULL
-  AND NOT EXISTS ({_BUILDING})
-ORDER BY {order}
-LIMIT %(limit)s"""
-    return statement, params
+ORDER BY {order.order}
+LIMIT {limit + 1})"""
+
+
+def _candidates(name: str, how: str, where: list[str], relevance: bool) -> str:
+    columns = "d.message_id, d.scope_id, d.created_at" + (", d.body_tsv" if relevance else "")
+    return f"""
+{name} AS MATERIALIZED (
+    SELECT {columns} FROM scope_message_search_docs d
+    WHERE (SELECT p.how FROM plan p) = '{how}' AND {" AND ".join(where)}
+)"""
+
+
+def _readable_query(
+    parsed: ParsedQuery,
+    filters: Filters,
+    viewer_params: dict[str, object],
+    sort: Sort,
+    limit: int,
+    after: tuple[Any, ...] | None,
+    estimate: Estimate,
+) -> tuple[str, dict[str, object]]:
+    params: dict[str, object] = {"workspace_id": filters.workspace_id}
+    params.update((k, viewer_params[k]) for k in ("viewer_id", "viewer_private", "owner_id"))
+    params.update(walkable=sort == "recent", indexable=estimate.indexable, freq=estimate.freq)
+    order = _order(parsed, sort, after, params)
+    tail = [order.after] if order.after is not None else []
+    relevance = sort == "relevance"
+    walk = _conditions(parsed, filters, params, indexed=False) + tail
+    terms = _conditions(parsed, filters, params, indexed=True) + tail
+    scopes = ["d.scope_id = ANY((SELECT p.scope_ids FROM plan p)::text[])", *walk]
+    rights = _RIGHTS if filters.scope_id is None else _RIGHTS_ONE
+    ctes = [
+        _SCOPES_IN,
+        rights,
+        _PLAN.format(limit=limit + 1, unknown=UNKNOWN_FREQ),
+        _candidates("terms_docs", "terms", terms, relevance),
+        _candidates("scopes_docs", "scopes", scopes, relevance),
+    ]
+    branches = [
+        _branch("terms", "terms_docs", [], order, limit),
+        _branch("scopes", "scopes_docs", [], order, limit),
+    ]
+    if not relevance:  # a walk in rank order would read everything
+        branches.insert(0, _branch("walk", "scope_message_search_docs", walk, order, limit))
+    statement = f"""
+WITH {",".join(ctes)}
+SELECT * FROM ({" UNION ALL ".join(branches)}) hits
+WHERE NOT EXISTS ({_BUILDING})"""
+    return _opaque(statement), params
+
+
+def _opaque(statement: str) -> str:
+    """Each parameter as an initplan: estimates that do not depend on its value."""
+
+    def wrap(match: re.Match[str]) -> str:
+        type_ = _PARAM_TYPES.get(match.group(1), "text")
+        # An array is cast again outside, or `= ANY((SELECT …))` means a subquery.
+        cast = f"::{type_}" if type_.endswith("[]") else ""
+        return f"(SELECT {match.group(0)}::{type_}){cast}"
+
+    return re.sub(r"%\((\w+)\)s", wrap, statement)
+
+
+_prepared: dict[str, tuple[Prepared, tuple[str, ...]]] = {}
+_without_jit: weakref.WeakSet[TrioConnection] = weakref.WeakSet()
+
+
+def _prepare(statement: str) -> tuple[Prepared, tuple[str, ...]]:
+    found = _prepared.get(statement)
+    if found is None:
+        name = "scopenode_search_" + hashlib.sha256(statement.encode()).hexdigest()[:16]
+        found = Prepared.from_named(name, statement, _ALL_UNKNOWN)
+        _prepared[statement] = found
+    return found
+
+
+class _Unknown(dict[str, int]):
+    """Every parameter's type comes from its cast in the statement."""
+
+    def __missing__(self, key: str) -> int:
+        return 0
+
+
+_ALL_UNKNOWN = _Unknown()
+
+
+def _text(value: object) -> bytes | None:
+    """A parameter in PostgreSQL's text format."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, datetime):
+        return value.isoformat().encode()
+    if isinstance(value, list | tuple):
+        quoted = ('"' + str(item).replace("\\", "\\\\").replace('"', '\\"') + '"' for item in value)
+        return ("{" + ",".join(quoted) + "}").encode()
+    return str(value).encode()
+
+
+# ------------------------------------------------------------ term statistics
+
+_TERM_STATS = """
+SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs
+FROM pg_stats s
+WHERE s.schemaname = 'public' AND s.tablename = 'scope_message_search_docs'
+  AND s.attname = 'body_tsv'
+"""
+STATS_TTL = 300.0  # seconds; ANALYZE (auto or rebuild) changes them slowly
+_WORD_RUN = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True, slots=True)
+class TermStats:
+    """The most common words of the documents and the share of documents
+    holding each (``pg_stats``); ``floor`` is the least tracked share."""
+
+    freqs: dict[str, float]
+    floor: float
+    loaded_at: float
+
+    def word(self, prefix: str) -> float:
+        """Documents with a word starting with ``prefix`` (a word term)."""
+        found = sum(f for lexeme, f in self.freqs.items() if lexeme.startswith(prefix))
+        return min(1.0, found) if found else self.floor / 2
+
+    def estimate(self, parsed: ParsedQuery) -> Estimate:
+        freq: float | None = None
+        indexable = False
+        for t in parsed.terms:
+            share = self._share(t)
+            if share is not None:
+                freq = share if freq is None else freq * share
+            indexable = indexable or t.kind is TermKind.WORD or _trigrams(t.text)
+        if not parsed.terms:
+            freq = 1.0  # filters and exclusions only: nearly everything matches
+        return Estimate(freq, indexable)
+
+    def _share(self, t: Term) -> float | None:
+        if t.kind is TermKind.WORD:
+            return self.word(t.text)
+        runs = _WORD_RUN.findall(t.text)
+        if not runs or not all(_is_tracked_word(run) for run in runs):
+            return None  # unsegmented text, digits: no word statistics
+        share = 1.0
+        for run in runs:
+            share *= self.word(run)
+        return share
+
+
+def _is_tracked_word(run: str) -> bool:
+    return run.isalpha() and run.isascii()
+
+
+def _trigrams(text: str) -> bool:
+    """Whether pg_trgm can extract a trigram from ``%text%`` (three word
+    characters in a row)."""
+    return any(len(run) >= 3 for run in _WORD_RUN.findall(text))
+
+
+_stats: TermStats | None = None
+
+
+async def term_stats(conn: TrioConnection) -> TermStats:
+    """The cached statistics, read again every ``STATS_TTL`` seconds."""
+    global _stats
+    now = time.monotonic()
+    if _stats is None or now - _stats.loaded_at > STATS_TTL:
+        with map_errors():
+            row = await (await conn.execute(_TERM_STATS, prepare=False)).fetchone()
+        if row is None or row[0] is None:
+            _stats = TermStats({}, UNKNOWN_FREQ * 2, now)
+        else:
+            shares = [float(f) for f in row[1][: len(row[0])]]
+            _stats = TermStats(dict(zip(row[0], shares, strict=True)), min(shares), now)
+    return _stats
 
 
 def _fingerprint(query: str, filters: Filters, sort: Sort) -> str:
@@ -278,15 +553,18 @@ async def search(
     workspace is being built (:func:`is_ready` tells an empty page from that)."""
     fingerprint = _fingerprint(query, filters, sort)
     after = decode_cursor(cursor, fingerprint, sort) if cursor else None
+    estimate = (await term_stats(conn)).estimate(parsed)
     statement, params = build_query(
-        parsed, filters, viewer_params, sort=sort, limit=limit, after=after
+        parsed, filters, viewer_params, sort=sort, limit=limit, after=after, estimate=estimate
     )
+    stmt, names = _prepare(statement)
     with map_errors():
-        # Never prepared: a generic plan cannot tell a rare word (GIN bitmap, then
-        # sort) from a common one (newest first, stop at the limit), and after a
-        # few executions PostgreSQL may keep one for every term.
-        cur = await conn.execute(statement, params, prepare=False)
-        rows = await cur.fetchall()
+        if conn not in _without_jit:
+            # The plan holds three strategies and is costed as if all ran, over
+            # jit_above_cost: compiling it would take longer than any search.
+            await conn.execute("SET jit = off", prepare=False)
+            _without_jit.add(conn)
+        rows = await conn.run_prepared(stmt, [_text(params.get(name)) for name in names])
     hits = [
         Hit(ReadableMessage(message_from_row(r), r[15], r[16]), float(r[-1])) for r in rows[:limit]
     ]
