@@ -31,6 +31,18 @@ relaying anything newer, reads every scope with messages since the last moment
 it knew it was listening (minus :data:`CATCHUP_MARGIN` for transactions in
 flight) and pushes what its sessions missed by seq; a range too long to push
 becomes ``invalidate {scopeId, reason: "relay_gap", fromSeq}``.
+
+A node alone does not NOTIFY. Every :data:`PEER_POLL` seconds the relay looks
+up the other nodes' listeners (``pg_stat_activity`` by application name);
+while there are none, publishing is skipped — the round trip, and the node
+hearing its own notification, were the largest cost of a send after its
+statement. A node that starts listening while others run announces itself
+(``hello`` with its listener's pid) and each peer answers ``ack`` *after* it
+has turned its own publishing on; the new node serves only once every peer
+acknowledged (or after :data:`JOIN_WAIT`, then reading what it may have
+missed, as after a dropped listener). So anything a peer committed without
+telling it was committed before the new node's sessions existed and is in
+their first read. A lookup that fails counts as "peers present".
 """
 
 from __future__ import annotations
@@ -72,6 +84,8 @@ RANGE_LIMIT = 1_000  # longer holes are an invalidate, not a push
 CURSORS_KEPT = 100_000
 ABOVE_KEPT = 10_000
 NOTIFY_ATTEMPTS = 3
+PEER_POLL = 1.0  # seconds between looks at which other nodes listen
+JOIN_WAIT = 3.0  # at most this long for the peers' acknowledgements
 
 
 class _Cursor:
@@ -133,6 +147,12 @@ class ClusterRelay:
         self.listener_pid: int | None = None
         self.listening = trio.Event()
         self.notifications_received = 0
+        # Listener pids of the other nodes; None while unknown (publish then).
+        self._peer_pids: frozenset[int] | None = None
+        self._hello_pids: dict[int, float] = {}
+        self._acks: set[int] = set()
+        self._acked = trio.Event()
+        self._joined = trio.Event()
         self.events_relayed = 0
         self.catchups = 0
 
@@ -182,6 +202,8 @@ class ClusterRelay:
         daemons: bool = True,
         seq: int = 1,
     ) -> None:
+        if self._nursery is None or self.alone:
+            return
         data: dict[str, Any] = {"k": "ev", "s": scope_id, "e": payload.decode()}
         if wakes:
             data["w"] = sorted(wakes)
@@ -201,9 +223,24 @@ class ClusterRelay:
     def _fits(self, data: dict[str, Any]) -> bool:
         return len(json.dumps({"n": self.origin, **data}).encode()) <= MAX_PAYLOAD
 
+    @property
+    def peer_pids(self) -> frozenset[int] | None:
+        """The other nodes' relay listeners as last seen (None: unknown)."""
+        return self._peer_pids
+
+    @property
+    def acknowledged_by(self) -> frozenset[int]:
+        """Listener pids of the peers that answered this node's last hello."""
+        return frozenset(self._acks)
+
+    @property
+    def alone(self) -> bool:
+        """True while no other node listens (this node then publishes nothing)."""
+        return self._peer_pids is not None and not self._peer_pids
+
     def _notify(self, data: dict[str, Any]) -> None:
-        if self._nursery is None:
-            return  # a node alone (or not started): nobody to tell
+        if self._nursery is None or self.alone:
+            return  # nobody to tell
         self._outgoing.append(json.dumps({"n": self.origin, **data}, separators=(",", ":")))
         self._outgoing_ready.set()
 
@@ -215,6 +252,9 @@ class ClusterRelay:
             nursery.start_soon(self._publish_loop)
             nursery.start_soon(self._process_loop)
             await nursery.start(self._listen)
+            nursery.start_soon(self._poll_peers_loop)
+            with trio.move_on_after(JOIN_WAIT + 1.0):
+                await self._joined.wait()
             task_status.started()
 
     async def _publish_loop(self) -> None:
@@ -246,11 +286,9 @@ class ClusterRelay:
                 )
                 try:
                     self.listener_pid, last_alive = await relay_sql.listen(conn, CHANNEL)
-                    if gap_since is not None:
-                        # Queued ahead of every notification of this connection.
-                        self._jobs_in.send_nowait(("catchup", gap_since - CATCHUP_MARGIN))
-                        gap_since = None
-                    self.listening.set()
+                    assert self._nursery is not None
+                    self._nursery.start_soon(self._join, self.listener_pid, gap_since)
+                    gap_since = None
                     if not started:
                         started = True
                         task_status.started()
@@ -269,6 +307,69 @@ class ClusterRelay:
                 started = True
                 task_status.started()
             await trio.sleep(RECONNECT_DELAY)
+
+    async def _join(self, listener_pid: int, gap_since: datetime | None) -> None:
+        """Announce this listener to the other nodes and wait until each of them
+        publishes to it; then read what a dropped listener missed."""
+        peers = await self._poll_peers()
+        if peers is None or peers:
+            self._acks.clear()
+            self._acked = trio.Event()
+            self._notify({"k": "hello", "p": listener_pid})
+            with trio.move_on_after(JOIN_WAIT) as waited:
+                while peers is None or not peers <= self._acks:
+                    await self._acked.wait()
+                    self._acked = trio.Event()
+            if waited.cancelled_caught:
+                log.warning("relay_join_unacknowledged", peers=len(peers or ()))
+                gap_since = gap_since or await self._database_now()
+        if gap_since is not None:
+            self._jobs_in.send_nowait(("catchup", gap_since - CATCHUP_MARGIN))
+        self.listening.set()
+        self._joined.set()
+
+    async def _database_now(self) -> datetime | None:
+        try:
+            async with self._pool.connection() as conn:
+                return await relay_sql.database_now(conn)
+        except (psycopg.Error, StorageError, OSError):
+            return None
+
+    async def _poll_peers_loop(self) -> None:
+        while True:
+            await trio.sleep(PEER_POLL)
+            await self._poll_peers()
+
+    async def _poll_peers(self) -> frozenset[int] | None:
+        """Refresh the other nodes' listener pids (None when the lookup failed)."""
+        asked_at = trio.current_time()
+        try:
+            async with self._pool.connection() as conn:
+                found = await relay_sql.listener_pids(conn, APPLICATION_NAME)
+        except (psycopg.Error, StorageError, OSError) as exc:
+            log.warning("relay_peer_lookup_failed", error=repr(exc))
+            self._peer_pids = None
+            return None
+        # A hello heard while the lookup ran may not be in its answer yet.
+        self._hello_pids = {p: t for p, t in self._hello_pids.items() if t >= asked_at}
+        found.update(self._hello_pids)
+        found.discard(self.listener_pid or 0)
+        self._peer_pids = frozenset(found)
+        return self._peer_pids
+
+    def _greet(self, data: dict[str, Any]) -> None:
+        """A node started listening: publish to it from now on, then say so."""
+        pid = int(data["p"])
+        self._hello_pids[pid] = trio.current_time()
+        if self._peer_pids is not None:
+            self._peer_pids = self._peer_pids | {pid}
+        if self.listener_pid is not None:
+            self._notify({"k": "ack", "to": data["n"], "p": self.listener_pid})
+
+    def _acknowledged(self, data: dict[str, Any]) -> None:
+        if data.get("to") == self.origin:
+            self._acks.add(int(data["p"]))
+            self._acked.set()
 
     async def _receive(self, conn: TrioConnection) -> datetime:
         """Queue notifications for up to HEARTBEAT seconds; the database's time after."""
@@ -336,6 +437,10 @@ class ClusterRelay:
         elif kind == "inv":
             data = job[1]
             await self._invalidate(data["s"], int(data.get("q", 1)), str(data.get("why")))
+        elif kind == "hello":
+            self._greet(job[1])
+        elif kind == "ack":
+            self._acknowledged(job[1])
         else:
             log.warning("relay_kind_unknown", kind=str(kind))
 

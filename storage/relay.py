@@ -170,6 +170,14 @@ NOTIFY_MANY = Prepared(
     (0, 0),
 )
 LISTENER_IDENTITY = "SELECT pg_backend_pid(), now()"
+# Backends of this database connected under ``application_name`` (the other
+# nodes' relay listeners, and this node's own).
+LISTENER_PIDS = Prepared(
+    b"scopenode_relay_listeners_v1",
+    b"SELECT pid FROM pg_stat_activity"
+    b" WHERE application_name = $1 AND datname = current_database()",
+    (0,),
+)
 DATABASE_NOW = "SELECT now()"
 
 
@@ -182,6 +190,13 @@ async def notify_many(conn: TrioConnection, channel: str, payloads: Sequence[str
         else:
             async with conn.transaction():
                 await conn.run_prepared(NOTIFY_MANY, params)
+
+
+async def listener_pids(conn: TrioConnection, application_name: str) -> set[int]:
+    """Backend pids of the connections named ``application_name`` on this database."""
+    with map_errors():
+        rows = await conn.run_prepared(LISTENER_PIDS, (application_name.encode(),))
+    return {int(row[0]) for row in rows}
 
 
 async def listen(conn: TrioConnection, channel: str) -> tuple[int, datetime]:

@@ -173,6 +173,38 @@ async def test_message_membership_read_state_reaction_and_edit_events_cross_node
         assert relay_b.events_relayed > 0
 
 
+async def test_a_node_alone_publishes_nothing_and_a_joining_node_is_published_to_first(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path / "a", node_id="a") as a:
+        relay_a = a.services.hub.relay
+        assert isinstance(relay_a, relay.ClusterRelay)
+        assert relay_a.alone
+        world = await World.create(a)
+        ann = await world.member("ann")
+        bob = await world.member("bob")
+        async with connect_to(a, world, ann) as ann_a, connect_to(a, world, bob) as bob_a:
+            scope = await make_channel(ann_a, "ops", bob_a)
+            await ann_a.send("#ops", "nobody else listens")
+            await trio.sleep(QUIET)
+            assert relay_a.notifications_received == 0
+            async with running_node(database_url, tmp_path / "b", node_id="b") as b:
+                relay_b = b.services.hub.relay
+                assert isinstance(relay_b, relay.ClusterRelay)
+                # B serves only once A publishes to it.
+                assert not relay_a.alone
+                assert not relay_b.alone
+                assert relay_b.listener_pid in (relay_a.peer_pids or ())
+                assert relay_b.acknowledged_by == {relay_a.listener_pid}
+                async with connect_to(b, world, bob) as bob_b:
+                    sent = await ann_a.send("#ops", "now B listens")
+                    got = await messages_until(bob_b, scope, sent["acceptedSeq"])
+                    assert seqs(got) == [sent["acceptedSeq"]]
+            with trio.fail_after(WAIT):
+                while not relay_a.alone:
+                    await trio.sleep(0.05)
+
+
 async def test_a_killed_listener_catches_up_from_the_database(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
