@@ -5,11 +5,12 @@ node's process (to kill -9 or drain it by pid), its port (to connect
 directly), and the HAProxy process (to reload with ``-sf``). Everything
 started here is stopped here, by pid.
 
-:class:`ResumingClient` is a client as the library's users write one: it
-reconnects with jittered backoff, resumes from the last seq it saw, and
-retries an unanswered send with the same ``clientMessageId``. It records what
-a test needs to judge a failover: every acknowledged send, every seq it
-received (duplicates included), and when each connection was resumed.
+:class:`ResumingClient` reconnects with the library's :class:`Backoff`,
+resumes from the last seq it saw, and retries an unanswered send with the
+same ``clientMessageId``. It does what ``open_reconnecting_client`` does, by
+hand, because it must record what the library hides: every seq received on
+the wire (duplicates included, which the library would drop), every
+acknowledged send, and when each connection was resumed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -33,14 +33,15 @@ import trio_websocket
 
 from actors.model import MemberType
 from bench.nodeproc import stop_process, wait_healthy
-from node.client import ConnectionClosed, open_client
+from node.client import Backoff, ConnectionClosed, open_client
 from node.cluster_cli import find_haproxy, free_ports, haproxy_config
 from node.limits import RAISED_LIMITS_ENV
 from storage import directory, scopes
 from storage.pg import connect
 
 START_TIMEOUT = 60.0
-BACKOFF = (0.05, 0.3)  # seconds, jittered: reconnects of many clients do not align
+# The library's backoff (full jitter): reconnects of many clients do not align.
+BACKOFF = Backoff(base=0.05, cap=0.3)
 RECONNECT_ERRORS = (
     ConnectionClosed,
     OSError,
@@ -191,6 +192,16 @@ async def make_team(database_url: str, name: str, people: int) -> Team:
     return Team(workspace_id, tokens, general)
 
 
+async def add_agent(database_url: str, team: Team, handle: str) -> tuple[str, str]:
+    """A public agent in ``team``'s default channels: (member id, token)."""
+    async with await connect(database_url, autocommit=True) as conn:
+        member = await directory.create_member(
+            conn, workspace_id=team.workspace_id, type_=MemberType.AGENT, handle=handle
+        )
+        await scopes.join_on_creation(conn, member)
+        return member.id, await directory.issue_token(conn, member.id)
+
+
 @dataclass
 class ResumingClient:
     """One member's session through ``url``, kept alive across node failures."""
@@ -210,6 +221,7 @@ class ResumingClient:
     errors: list[str] = field(default_factory=list)
     _scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     until: int | None = None  # the test sets the seq to receive before leaving
+    _failures: int = 0  # reconnect attempts since the last welcome
 
     @property
     def node(self) -> str | None:
@@ -228,7 +240,8 @@ class ResumingClient:
                     # The node or the proxy went away: reconnect and resume.
                     self.errors.extend(repr(e) for e in group.exceptions)
                 self.dropped_at.append(trio.current_time())
-                await trio.sleep(random.uniform(*BACKOFF))
+                await trio.sleep(BACKOFF.delay(self._failures))
+                self._failures += 1
 
     def bounce(self) -> None:
         """Drop the connection, as a network blip would: the client reconnects."""
@@ -247,6 +260,7 @@ class ResumingClient:
         resume = {self.scope_id: self.received[-1] if self.received else 0}
         async with open_client(self.url, self.token, resume=resume, connect_timeout=5) as client:
             self.nodes.append(str(client.welcome["nodeId"]))
+            self._failures = 0
             self.connected.set()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._receive, client)
