@@ -85,6 +85,15 @@ CLUSTER = {"senders": (16, 2), "duration": (6.0, 1.0), "notify_samples": (300, 2
 READERS = {"reactions": (16, 3)}
 
 
+def _cluster_sizes(text: str) -> tuple[int, ...]:
+    try:
+        return cluster.parse_sizes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(
+            f"comma-separated sizes of at least 1, not {text!r}"
+        ) from e
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scopenode bench", description=__doc__.split("\n\n")[0])
     p.add_argument("workload", choices=WORKLOADS)
@@ -136,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--db-concurrency", help="baseline a: comma-separated levels")
     w.add_argument(
         "--nodes",
+        type=_cluster_sizes,
         default="1,2,3",
         metavar="N,N,...",
         help="cluster: cluster sizes, each N nodes behind HAProxy on one PostgreSQL",
@@ -394,7 +404,7 @@ async def run_cluster(
     args: argparse.Namespace, progress: Progress, report: dict[str, Any]
 ) -> dict[str, Any]:
     plan = cluster.ClusterPlan(
-        sizes=cluster.parse_sizes(args.nodes),
+        sizes=args.nodes,
         notify_samples=args.notify_samples,
         sends=args.messages,
         senders=args.senders,

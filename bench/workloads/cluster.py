@@ -99,7 +99,7 @@ class ClusterPlan:
 def parse_sizes(text: str) -> tuple[int, ...]:
     sizes = tuple(int(x) for x in text.split(",") if x.strip())
     if not sizes or min(sizes) < 1:
-        raise ValueError(f"--nodes: cluster sizes of at least 1, got {text!r}")
+        raise ValueError(f"cluster sizes of at least 1, got {text!r}")
     return sizes
 
 
