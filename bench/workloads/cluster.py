@@ -638,6 +638,7 @@ async def _failover(
         "first_welcome_after_kill": welcome.summary(),
         "sends_after_kill": send_ms.summary(),
         "connect_attempts_failed": dict(errors),
+        "failure_examples": sorted({e for c in dropped for e in c.errors})[:3],
         "failed_attempts_after_kill": failed.summary(),
     }
 
