@@ -81,6 +81,9 @@ RETRIED_OPS = frozenset(
 # pending at once, so a repeat is always recognised, yet bounded in memory.
 SEEN_DELIVERIES = 65_536
 
+# Seconds to wait for the node to answer our close before leaving anyway.
+CLOSE_TIMEOUT = 5.0
+
 Connect = Callable[[Mapping[str, int] | None], AbstractAsyncContextManager[Client]]
 
 
@@ -382,7 +385,8 @@ class ReconnectingClient(Client):
         self._closed.set()
         self._event_send.close()
         self._notify()
-        log.warning("reconnect_ended", error=str(fatal), cause=repr(fatal.__cause__))
+        if fatal.__cause__ is not None:  # not the caller's own close
+            log.warning("reconnect_ended", error=str(fatal), cause=repr(fatal.__cause__))
 
     def _notify(self) -> None:
         self._changed.set()
@@ -395,7 +399,9 @@ class ReconnectingClient(Client):
         if self._fatal is None:
             self._end(SessionEnded(code, "closed by the client"))
         if self._current is not None:
-            await self._current.aclose(code)
+            # A dead peer never answers the close: do not wait for it long.
+            with trio.move_on_after(CLOSE_TIMEOUT):
+                await self._current.aclose(code)
 
 
 def _session_factory(url: str, token: str, kwargs: dict[str, Any]) -> Connect:
