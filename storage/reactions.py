@@ -327,6 +327,13 @@ async def react_many(
     (autocommit); one outcome per write, in order."""
     if len({w.message_id for w in writes}) != len(writes):
         raise ValueError("react_many: at most one reaction per message")
+    if len(writes) == 1:
+        # One reaction: its own statement, with no rows to encode and unpack.
+        w = writes[0]
+        viewer = Viewer(w.reactor, w.public_reader, grant_scopes, in_thread)
+        return [
+            await react(conn, w.op, viewer, scope_id, generation, w.message_id, w.emoji, w.wake)
+        ]
     rows = []
     for ord_, w in enumerate(writes):
         member = w.reactor
