@@ -1,4 +1,4 @@
-"""A minimal protocol-v1 session for load generation (trio-websocket).
+"""A minimal protocol-v1 session for load generation (``bench/leanws.py``).
 
 Deliberately independent of the node's own client library so the bench can
 drive any conformant node. One receive task per session routes ``reply`` and
@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 import trio
-from trio_websocket import ConnectionClosed, open_websocket_url
+
+from bench import leanws
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -50,7 +51,7 @@ def ws_url(base: str, workspace_id: str) -> str:
 class Session:
     """An authenticated session; use :func:`open_session`."""
 
-    def __init__(self, ws: Any, on_event: EventHandler | None) -> None:
+    def __init__(self, ws: leanws.LeanWebSocket, on_event: EventHandler | None) -> None:
         self._ws = ws
         self._ids = itertools.count(1)
         self._waiting: dict[int, list[Any]] = {}
@@ -63,7 +64,7 @@ class Session:
         return str(self.welcome.get("member", {}).get("id", ""))
 
     async def send_raw(self, frame: dict[str, Any]) -> None:
-        await self._ws.send_message(_encode(frame).decode())
+        await self._ws.send_message(_encode(frame))
 
     async def request(self, op: str, /, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
         """Send ``{"type": op, "id": …, **fields}``; return ``reply.result``.
@@ -104,15 +105,12 @@ class Session:
     async def _receive_loop(self) -> None:
         try:
             while True:
-                text = _text(await self._ws.get_message())
+                text = await self._ws.get_message()
                 for line in text.split("\n"):
                     if line:
                         self._dispatch(_decode(line))
-        except ConnectionClosed as e:
-            reason = getattr(e, "reason", None)
-            self.closed = SessionClosed(
-                getattr(reason, "code", None), getattr(reason, "reason", None)
-            )
+        except leanws.Closed as e:
+            self.closed = SessionClosed(e.code, e.reason)
         finally:
             for slot in list(self._waiting.values()):
                 if len(slot) == 1:
@@ -139,7 +137,8 @@ async def open_session(
     ``url`` is the full endpoint (see :func:`ws_url`). Events that arrive
     after ``welcome`` (``resumed``, ``message``, …) go to ``on_event``.
     """
-    async with open_websocket_url(url, connect_timeout=connect_timeout) as ws:
+    ws = await leanws.connect(url, connect_timeout)
+    try:
         session = Session(ws, on_event)
         hello: dict[str, Any] = {
             "type": "hello",
@@ -153,10 +152,9 @@ async def open_session(
         with trio.fail_after(connect_timeout):
             await session.send_raw(hello)
             try:
-                text = _text(await ws.get_message())
-            except ConnectionClosed as e:
-                reason = getattr(e, "reason", None)
-                raise SessionClosed(getattr(reason, "code", None)) from e
+                text = await ws.get_message()
+            except leanws.Closed as e:
+                raise SessionClosed(e.code, e.reason) from e
             lines = [line for line in text.split("\n") if line]
             session.welcome = _decode(lines[0])
             if session.welcome.get("type") != "welcome":
@@ -169,10 +167,9 @@ async def open_session(
                 yield session
             finally:
                 nursery.cancel_scope.cancel()
-
-
-def _text(message: str | bytes) -> str:
-    return message.decode() if isinstance(message, bytes) else message
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(2):
+            await ws.aclose()
 
 
 def now_ns() -> int:

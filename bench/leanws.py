@@ -1,0 +1,176 @@
+"""A lean WebSocket client transport for the bench's sessions.
+
+The load generator shares the machine's cores with the node and its
+database, so every microsecond it spends per message is taken from what it
+measures. trio-websocket runs each message through wsproto (pure-Python
+parsing and unmasking), a reader task and a memory channel; this transport
+reads straight from the socket, walks server→client frame headers (never
+masked, RFC 6455 §5.1), and masks outgoing frames with a random key in C
+(``websockets.speedups.apply_mask``, as the node unmasks). It speaks what the
+bench needs: text messages (fragmented or not), ping → pong, close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import urllib.parse
+from collections import deque
+
+import trio
+
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # a platform without the wheel's C extension
+    from websockets.utils import apply_mask
+
+from bench.wsframes import (
+    OP_CLOSE,
+    OP_CONT,
+    OP_PING,
+    OP_PONG,
+    OP_TEXT,
+    FrameError,
+    parse_upgrade_response,
+    upgrade_request,
+)
+
+_READ = 65536
+
+
+class Closed(Exception):
+    """The connection ended; ``code`` is the peer's close code when it sent one."""
+
+    def __init__(self, code: int | None, reason: str | None = None) -> None:
+        self.code = code
+        self.reason = reason
+        super().__init__(f"closed ({code}: {reason})")
+
+
+def masked_frame(payload: bytes, opcode: int = OP_TEXT) -> bytes:
+    """One final client→server frame, masked with a random key."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x80 | opcode, 0x80 | n))
+    elif n < 1 << 16:
+        head = bytes((0x80 | opcode, 0x80 | 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
+    key = os.urandom(4)
+    return head + key + apply_mask(payload, key)
+
+
+class LeanWebSocket:
+    """``send_message`` / ``get_message`` / ``aclose`` over one trio stream."""
+
+    def __init__(self, stream: trio.SocketStream, pending: bytes) -> None:
+        self._stream = stream
+        self._buf = bytearray(pending)
+        self._messages: deque[str] = deque()
+        self._fragments: list[bytes] = []
+        self._send_lock = trio.Lock()
+        self._control: list[bytes] = []
+        self.closed: Closed | None = None
+
+    async def send_message(self, message: str | bytes) -> None:
+        payload = message.encode() if isinstance(message, str) else message
+        await self._send(masked_frame(payload))
+
+    async def get_message(self) -> str:
+        while not self._messages:
+            if self.closed is not None:
+                raise self.closed
+            data = await self._stream.receive_some(_READ)
+            if not data:
+                self.closed = Closed(1006, "connection lost")
+                raise self.closed
+            self._buf += data
+            self._parse()
+            for frame in self._control:
+                await self._send(frame)
+            self._control.clear()
+        return self._messages.popleft()
+
+    async def aclose(self, code: int = 1000) -> None:
+        if self.closed is None:
+            self.closed = Closed(code, "closed by the client")
+            with contextlib.suppress(Closed):  # the peer may be gone already
+                await self._send(masked_frame(code.to_bytes(2, "big"), OP_CLOSE))
+        await self._stream.aclose()
+
+    async def _send(self, data: bytes) -> None:
+        try:
+            async with self._send_lock:
+                await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.closed = self.closed or Closed(1006, "connection lost")
+            raise self.closed from exc
+
+    def _parse(self) -> None:
+        buf = self._buf
+        n = len(buf)
+        pos = 0
+        while n - pos >= 2:
+            b0, b1 = buf[pos], buf[pos + 1]
+            if b1 & 0x80:
+                raise FrameError("masked frame from server")
+            length = b1 & 0x7F
+            start = pos + 2
+            if length == 126:
+                if n - pos < 4:
+                    break
+                length = (buf[pos + 2] << 8) | buf[pos + 3]
+                start = pos + 4
+            elif length == 127:
+                if n - pos < 10:
+                    break
+                length = int.from_bytes(buf[pos + 2 : pos + 10], "big")
+                start = pos + 10
+            end = start + length
+            if end > n:
+                break
+            self._frame(b0, bytes(buf[start:end]))
+            pos = end
+        if pos:
+            del buf[:pos]
+
+    def _frame(self, b0: int, payload: bytes) -> None:
+        opcode = b0 & 0x0F
+        if opcode in (OP_TEXT, OP_CONT):
+            if b0 & 0x80 and not self._fragments:
+                self._messages.append(payload.decode())
+            else:
+                self._fragments.append(payload)
+                if b0 & 0x80:
+                    self._messages.append(b"".join(self._fragments).decode())
+                    self._fragments.clear()
+        elif opcode == OP_PING:
+            self._control.append(masked_frame(payload, OP_PONG))
+        elif opcode == OP_CLOSE:
+            code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 1005
+            self.closed = Closed(code, payload[2:].decode(errors="replace"))
+        elif opcode != OP_PONG:
+            raise FrameError(f"unexpected opcode {opcode:#x}")
+
+
+async def connect(url: str, timeout: float) -> LeanWebSocket:
+    """Open ``ws://host:port/path?query`` and complete the upgrade."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "ws" or parts.hostname is None:
+        raise ValueError(f"only ws:// URLs: {url}")
+    port = parts.port or 80
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    with trio.fail_after(timeout):
+        stream = await trio.open_tcp_stream(parts.hostname, port)
+        try:
+            await stream.send_all(upgrade_request(parts.hostname, port, path))
+            buf = bytearray()
+            while (head := parse_upgrade_response(buf)) is None:
+                data = await stream.receive_some(_READ)
+                if not data:
+                    raise Closed(1006, "closed during the upgrade")
+                buf += data
+        except BaseException:
+            await stream.aclose()
+            raise
+    return LeanWebSocket(stream, bytes(buf[head:]))
