@@ -148,25 +148,36 @@ def _tsquery(words: list[str]) -> str:
     return " & ".join(f"'{w}':*" for w in words)
 
 
-def _term_condition(t: Term, name: str, params: dict[str, object], *, indexed: bool) -> str:
+def _term_condition(
+    t: Term, name: str, params: dict[str, object], *, indexed: bool, raw: bool = False
+) -> str:
     """The term's condition: as an operator the text indexes answer, or (not
-    ``indexed``) as the same function called per row, which no index takes."""
+    ``indexed``) as the same function called per row, which no index takes.
+    The readable statement parses its tsquery once (an initplan), not per row."""
     if t.kind is TermKind.WORD:
         params[name] = _tsquery([t.text])
         query = f"to_tsquery('simple', %({name})s)"
+        if not raw:
+            query = f"(SELECT {query})"
         return f"d.body_tsv @@ {query}" if indexed else f"ts_match_vq(d.body_tsv, {query})"
     params[name] = _like(t.text)
     return f"d.body ILIKE %({name})s" if indexed else f"texticlike(d.body, %({name})s)"
 
 
 def _conditions(
-    parsed: ParsedQuery, filters: Filters, params: dict[str, object], *, indexed: bool
+    parsed: ParsedQuery,
+    filters: Filters,
+    params: dict[str, object],
+    *,
+    indexed: bool,
+    raw: bool = False,
 ) -> list[str]:
     where = ["d.workspace_id = %(workspace_id)s"]
     for i, t in enumerate(parsed.terms):
-        where.append(_term_condition(t, f"t{i}", params, indexed=indexed))
+        where.append(_term_condition(t, f"t{i}", params, indexed=indexed, raw=raw))
     for i, t in enumerate(parsed.excluded):
-        where.append(f"NOT ({_term_condition(t, f'x{i}', params, indexed=False)})")
+        excluded = _term_condition(t, f"x{i}", params, indexed=False, raw=raw)
+        where.append(f"NOT ({excluded})")
     if filters.scope_id is not None:
         params["scope_id"] = filters.scope_id
         where.append("d.scope_id = %(scope_id)s")
@@ -197,12 +208,18 @@ class _Order:
 
 
 def _order(
-    parsed: ParsedQuery, sort: Sort, after: tuple[Any, ...] | None, params: dict[str, object]
+    parsed: ParsedQuery,
+    sort: Sort,
+    after: tuple[Any, ...] | None,
+    params: dict[str, object],
+    *,
+    raw: bool = False,
 ) -> _Order:
     words = [t.text for t in parsed.terms if t.kind is TermKind.WORD]
     if sort == "relevance" and words:
         params["rank_query"] = " | ".join(f"'{w}':*" for w in words)
-        rank = "ts_rank(d.body_tsv, to_tsquery('simple', %(rank_query)s))"
+        query = "to_tsquery('simple', %(rank_query)s)"
+        rank = f"ts_rank(d.body_tsv, {query if raw else f'(SELECT {query})'})"
     else:
         rank = "0::real"
     if sort == "relevance":
@@ -241,8 +258,8 @@ def build_query(
             parsed, filters, viewer_params, sort, limit, after, estimate or Estimate(None, True)
         )
     params: dict[str, object] = {"workspace_id": filters.workspace_id, "limit": limit + 1}
-    where = _conditions(parsed, filters, params, indexed=True)
-    order = _order(parsed, sort, after, params)
+    where = _conditions(parsed, filters, params, indexed=True, raw=True)
+    order = _order(parsed, sort, after, params, raw=True)
     if order.after is not None:
         where.append(order.after)
     statement = f"""
@@ -354,9 +371,19 @@ def _readable_query(
     order = _order(parsed, sort, after, params)
     tail = [order.after] if order.after is not None else []
     relevance = sort == "relevance"
-    walk = _conditions(parsed, filters, params, indexed=False) + tail
+    # In the walk the viewer's scopes are a hashed filter on each row, tested
+    # before its terms (not a join against every candidate scope per row).
+    walk = [
+        "(d.scope_id IN (SELECT r.scope_id FROM rights r)) IS TRUE",
+        *_conditions(parsed, filters, params, indexed=False),
+        *tail,
+    ]
     terms = _conditions(parsed, filters, params, indexed=True) + tail
-    scopes = ["d.scope_id = ANY((SELECT p.scope_ids FROM plan p)::text[])", *walk]
+    scopes = [
+        "d.scope_id = ANY((SELECT p.scope_ids FROM plan p)::text[])",
+        *_conditions(parsed, filters, params, indexed=False),
+        *tail,
+    ]
     rights = _RIGHTS if filters.scope_id is None else _RIGHTS_ONE
     ctes = [
         _SCOPES_IN,
@@ -471,6 +498,8 @@ class TermStats:
         runs = _WORD_RUN.findall(t.text)
         if not runs or not all(_is_tracked_word(run) for run in runs):
             return None  # unsegmented text, digits: no word statistics
+        # The words anywhere in a message: an upper bound the trigram index
+        # needs anyway (its candidates hold every trigram, adjacent or not).
         share = 1.0
         for run in runs:
             share *= self.word(run)
