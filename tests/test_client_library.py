@@ -544,3 +544,19 @@ async def test_the_loop_gives_up_after_its_attempts(tmp_path: Path) -> None:
     assert isinstance(gave_up.value.__cause__, trio_websocket.HandshakeError)  # refused
     assert [e["failures"] for e in logs if e["event"] == "reconnect_scheduled"] == [1, 2]
     assert trio.current_time() - started < 2
+
+
+async def test_a_draining_close_reconnects_and_resumes_where_it_stopped(node: FakeNode) -> None:
+    async with open_reconnecting_client(
+        node.url, GOOD_TOKEN, backoff=FAST, resume={"scp_x": 4}
+    ) as client:
+        assert (await client.next_event(timeout=5))["message"]["seq"] == 5
+        assert (await client.next_event(timeout=5))["type"] == "resumed"
+        with pytest.raises(ConnectionClosed) as caught:
+            await client.request("hang")  # not safe to repeat: the caller hears of the close
+        assert caught.value.code == 4503
+        # The next hello resumes after seq 5, so the fake node replays seq 6.
+        assert (await client.next_event(timeout=5))["message"]["seq"] == 6
+        assert (await client.request("echo", n=1))["echo"]["n"] == 1
+        assert len(client.welcomes) == 2
+        assert client.resume_point() == {"scp_x": 6}
