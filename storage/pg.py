@@ -586,6 +586,16 @@ class Pool:
         finally:
             await self._release(conn)
 
+    async def keep(self) -> TrioConnection:
+        """Borrow a connection for a long-lived owner (a commit lane), which
+        uses it statement after statement and returns it with :meth:`give_back`
+        once it is no longer :func:`reusable`. It counts against ``size``."""
+        return await self._acquire()
+
+    async def give_back(self, conn: TrioConnection) -> None:
+        """Return a connection taken with :meth:`keep` (rolled back or closed)."""
+        await self._release(conn)
+
     async def aclose(self) -> None:
         """Close idle connections now and borrowed ones when they come back;
         later ``connection()`` calls raise ``DatabaseUnavailable``."""
@@ -652,6 +662,11 @@ class Pool:
                 await conn.close()
         finally:
             self._slots.release()
+
+
+def reusable(conn: TrioConnection) -> bool:
+    """Whether a kept connection can run its owner's next statement as it is."""
+    return _looks_healthy(conn)
 
 
 def _looks_healthy(conn: TrioConnection) -> bool:
