@@ -418,7 +418,8 @@ def render() -> str:
         "",
         "`MessageView.reactions` is `[{emoji, count, memberIds}]`, one entry per emoji"
         " ordered by its first reaction; `count` is every reaction the viewer is shown,"
-        " `memberIds` the first 20 of them. `history` and resume fill it; a `message`"
+        " `memberIds` the first 20 of them. `history` (a thread's root message included),"
+        " resume and `messageUpdated` fill it, each for its own viewer; a `message`"
         " event of a new message carries `[]`, and `reaction` events keep it current.",
         "",
     ]
