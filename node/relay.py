@@ -587,14 +587,12 @@ class ClusterRelay:
         """Current readers of a message among ``local``; private agents left out,
         since whose activity they may see depends on who acted (conservative)."""
         async with self._pool.connection() as conn:
-            found = await relay_sql.message_seq(conn, message_id)
-            if found is None:
-                return set()
-            rows = await relay_sql.readers_in_range(conn, scope_id, found[1], found[1], local)
+            found = await relay_sql.readers_of_message(conn, scope_id, message_id, local)
+        if found is None:
+            return set()
         return {
             reader
-            for row in rows
-            for reader in row.readers
+            for reader in found.readers
             if not _is_private_agent(self._hub.sessions_of(reader))
         }
 

@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from actors.model import StoredMessage
 from storage.errors import map_errors
@@ -22,54 +23,89 @@ from storage.messages import MESSAGE_COLUMNS, message_from_row
 from storage.pg import Prepared, TrioConnection
 from storage.visibility import READABLE_JOIN
 
-# Bound per candidate row: the predicate's text is shared, only its inputs differ.
+# Bound per candidate row: the predicate's text is shared, only its inputs
+# differ. The scope's shape (grant scopes, thread or not) is read by the same
+# statement, so it is a column of the candidate row too.
 _PER_CANDIDATE = (
     READABLE_JOIN.replace("%(viewer_public)s", "c.viewer_public")
     .replace("%(viewer_private)s", "c.viewer_private")
     .replace("%(viewer_id)s", "c.viewer_id")
     .replace("%(owner_id)s", "c.owner_id")
+    .replace("%(grant_scopes)s", "c.grant_scopes")
+    .replace("%(in_thread)s", "c.in_thread")
 )
+assert "%(" not in _PER_CANDIDATE, "READABLE_JOIN has a parameter the relay does not bind"
 _COLUMNS = MESSAGE_COLUMNS.replace("v.reason, v.grant_id", "NULL, NULL")
 
-READERS_IN_RANGE = f"""
-WITH msgs AS (
-    SELECT * FROM scope_messages
-    WHERE scope_id = %(scope_id)s AND seq >= %(from_seq)s AND seq <= %(to_seq)s
-), cand AS (
+# One round trip. ``msgs`` is read once; each candidate (sent as one JSON
+# array) costs one probe of scope_memberships by (scope_id, member_id), which
+# says both whether it may read anything here (any membership of the scope;
+# failing that, of a thread's parent, or an explicit-context row opening one
+# of the messages) and whether it holds a current public membership. The
+# predicate then runs once per (message, remaining candidate). Every
+# parameter enters as an initplan, so no estimate depends on a value and
+# PostgreSQL keeps the generic plan (no planning per notification).
+_READERS = """
+WITH shape AS (
+    SELECT s.id AS scope_id, s.parent_scope_id AS parent_id, s.type = 'thread' AS in_thread,
+           CASE WHEN s.parent_scope_id IS NULL THEN ARRAY[s.id]
+                ELSE ARRAY[s.id, s.parent_scope_id] END AS grant_scopes
+    FROM scopes s WHERE s.id = (SELECT %(scope_id)s::text)
+), msgs AS MATERIALIZED (
+    {msgs}
+), cand AS MATERIALIZED (
     SELECT c.id AS viewer_id,
            (c.is_private AND c.type = 'agent') AS viewer_private,
            CASE WHEN c.is_private AND c.type = 'agent' THEN c.owner_member_id END AS owner_id,
-           (NOT (c.is_private AND c.type = 'agent') AND EXISTS (
-               SELECT 1 FROM scope_memberships cm
-               WHERE cm.scope_id = %(scope_id)s AND cm.member_id = c.id
-                 AND cm.visibility = 'public' AND cm.effective_to_seq IS NULL
-           )) AS viewer_public
-    FROM members c
-    WHERE c.id = ANY(%(candidates)s) AND c.status = 'active'
-      AND (EXISTS (
-               SELECT 1 FROM scope_memberships sm
-               WHERE sm.scope_id = ANY(%(grant_scopes)s) AND sm.member_id = c.id
-           ) OR EXISTS (
-               SELECT 1 FROM scope_message_sources cx JOIN msgs ON msgs.id = cx.source_message_id
-               WHERE cx.context_member_id = c.id
-           ))
+           (NOT (c.is_private AND c.type = 'agent') AND COALESCE(ms.current_public, false))
+               AS viewer_public,
+           sh.grant_scopes, sh.in_thread
+    FROM shape sh
+    CROSS JOIN json_array_elements_text((SELECT %(candidates)s::json)) AS asked(id)
+    JOIN members c ON c.id = asked.id AND c.status = 'active'
+    LEFT JOIN LATERAL (
+        SELECT bool_or(sm.visibility = 'public' AND sm.effective_to_seq IS NULL)
+                   AS current_public
+        FROM scope_memberships sm
+        WHERE sm.scope_id = sh.scope_id AND sm.member_id = c.id
+        HAVING count(*) > 0
+    ) ms ON true
+    WHERE ms.current_public IS NOT NULL OR EXISTS (
+        SELECT 1 FROM scope_memberships pm
+        WHERE pm.scope_id = sh.parent_id AND pm.member_id = c.id
+    ) OR EXISTS (
+        SELECT 1 FROM scope_message_sources cx JOIN msgs ON msgs.id = cx.source_message_id
+        WHERE cx.context_member_id = c.id
+    )
 )
-SELECT {_COLUMNS},
-       ARRAY(SELECT c.viewer_id FROM cand c {_PER_CANDIDATE} WHERE v.reason IS NOT NULL),
+SELECT {columns},
+       ARRAY(SELECT c.viewer_id FROM cand c {predicate} WHERE v.reason IS NOT NULL),
        ARRAY(SELECT s.source_kind FROM scope_message_sources s
              WHERE s.message_id = m.id AND s.context_member_id IS NULL ORDER BY s.ordinal)
 FROM msgs m
 JOIN members mem ON mem.id = m.author_member_id
 ORDER BY m.seq
 """
-SCOPE_SHAPE = "SELECT type, parent_scope_id FROM scopes WHERE id = %s"
+_MSGS_IN_RANGE = (
+    "SELECT * FROM scope_messages WHERE scope_id = (SELECT %(scope_id)s::text)"
+    " AND seq >= (SELECT %(from_seq)s::int8) AND seq <= (SELECT %(to_seq)s::int8)"
+)
+_MSG_BY_ID = (
+    "SELECT * FROM scope_messages"
+    " WHERE id = (SELECT %(message_id)s::text) AND scope_id = (SELECT %(scope_id)s::text)"
+)
+READERS_IN_RANGE = _READERS.format(msgs=_MSGS_IN_RANGE, columns=_COLUMNS, predicate=_PER_CANDIDATE)
+READERS_OF_MESSAGE = _READERS.format(msgs=_MSG_BY_ID, columns=_COLUMNS, predicate=_PER_CANDIDATE)
 # Roster audience on another node: the scope's current members, and for a
 # thread the parent's current public members (they read it without joining).
 CURRENT_READERS = """
-SELECT DISTINCT member_id FROM scope_memberships
-WHERE member_id = ANY(%(candidates)s) AND effective_to_seq IS NULL
-  AND (scope_id = %(scope_id)s
-       OR (scope_id = %(parent_id)s AND visibility = 'public'))
+SELECT DISTINCT sm.member_id
+FROM scopes s
+JOIN scope_memberships sm
+  ON sm.effective_to_seq IS NULL
+ AND (sm.scope_id = s.id OR (sm.scope_id = s.parent_scope_id AND sm.visibility = 'public'))
+WHERE s.id = (SELECT %(scope_id)s::text)
+  AND sm.member_id IN (SELECT value FROM json_array_elements_text((SELECT %(candidates)s::json)))
 """
 # Scopes that got messages since ``cutoff`` (a relay gap): where to catch up.
 ACTIVE_SINCE = """
@@ -79,7 +115,18 @@ SELECT s.id, s.latest_seq,
 FROM scopes s
 WHERE s.latest_message_at >= %(cutoff)s
 """
-MESSAGE_SCOPE_SEQ = "SELECT scope_id, seq FROM scope_messages WHERE id = %s"
+# Prepared, parameters bound as text the caller encodes (0: the server infers
+# text); candidates travel as one JSON array, not an adapted text[].
+_TYPES = {"scope_id": 0, "from_seq": 20, "to_seq": 20, "message_id": 0, "candidates": 0}
+_IN_RANGE, _IN_RANGE_NAMES = Prepared.from_named(
+    "scopenode_relay_readers_v2", READERS_IN_RANGE, _TYPES
+)
+_OF_MESSAGE, _OF_MESSAGE_NAMES = Prepared.from_named(
+    "scopenode_relay_readers_of_v1", READERS_OF_MESSAGE, _TYPES
+)
+_CURRENT, _CURRENT_NAMES = Prepared.from_named(
+    "scopenode_relay_current_readers_v2", CURRENT_READERS, _TYPES
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +143,15 @@ class ScopeActivity:
     first_seq_since: int | None
 
 
-async def grant_scopes(conn: TrioConnection, scope_id: str) -> tuple[tuple[str, ...], bool]:
-    """The scope and its parent (for a thread), and whether it is a thread."""
-    with map_errors():
-        cur = await conn.execute(SCOPE_SHAPE, (scope_id,))
-        row = await cur.fetchone()
-    if row is None:
-        return (scope_id,), False
-    return ((scope_id, row[1]) if row[1] else (scope_id,)), row[0] == "thread"
+def _encode(names: Sequence[str], values: dict[str, str | int]) -> list[bytes | None]:
+    return [str(values[name]).encode() for name in names]
+
+
+def _relayed(rows: list[tuple[Any, ...]]) -> list[RelayedMessage]:
+    return [
+        RelayedMessage(message_from_row(row), tuple(row[-2] or ()), tuple(row[-1] or ()))
+        for row in rows
+    ]
 
 
 async def readers_in_range(
@@ -114,37 +162,47 @@ async def readers_in_range(
     candidates: Sequence[str],
 ) -> list[RelayedMessage]:
     """Messages ``from_seq..to_seq`` of the scope, oldest first, with their readers
-    among ``candidates`` (the one predicate decides)."""
-    scopes, in_thread = await grant_scopes(conn, scope_id)
-    params = {
+    among ``candidates`` (the one predicate decides). One prepared statement;
+    ``conn`` must be in autocommit mode."""
+    values: dict[str, str | int] = {
         "scope_id": scope_id,
         "from_seq": from_seq,
         "to_seq": to_seq,
-        "candidates": list(candidates),
-        "grant_scopes": list(scopes),
-        "in_thread": in_thread,
+        "candidates": json.dumps(list(candidates)),
     }
     with map_errors():
-        cur = await conn.execute(READERS_IN_RANGE, params)
-        rows = await cur.fetchall()
-    return [
-        RelayedMessage(message_from_row(row), tuple(row[-2] or ()), tuple(row[-1] or ()))
-        for row in rows
-    ]
+        rows = await conn.run_prepared(_IN_RANGE, _encode(_IN_RANGE_NAMES, values))
+    return _relayed(rows)
+
+
+async def readers_of_message(
+    conn: TrioConnection, scope_id: str, message_id: str, candidates: Sequence[str]
+) -> RelayedMessage | None:
+    """One message of the scope by id (None if it is not there) with its readers
+    among ``candidates``, decided as in :func:`readers_in_range` (autocommit)."""
+    values: dict[str, str | int] = {
+        "scope_id": scope_id,
+        "message_id": message_id,
+        "candidates": json.dumps(list(candidates)),
+    }
+    with map_errors():
+        rows = await conn.run_prepared(_OF_MESSAGE, _encode(_OF_MESSAGE_NAMES, values))
+    found = _relayed(rows)
+    return found[0] if found else None
 
 
 async def current_readers(
     conn: TrioConnection, scope_id: str, candidates: Sequence[str]
 ) -> set[str]:
-    scopes, _ = await grant_scopes(conn, scope_id)
-    params = {
+    """Those of ``candidates`` with a current membership of the scope (or, for a
+    thread, a current public one of its parent); autocommit."""
+    values: dict[str, str | int] = {
         "scope_id": scope_id,
-        "parent_id": scopes[1] if len(scopes) > 1 else None,
-        "candidates": list(candidates),
+        "candidates": json.dumps(list(candidates)),
     }
     with map_errors():
-        cur = await conn.execute(CURRENT_READERS, params)
-        return {row[0] for row in await cur.fetchall()}
+        rows = await conn.run_prepared(_CURRENT, _encode(_CURRENT_NAMES, values))
+    return {row[0] for row in rows}
 
 
 async def active_since(conn: TrioConnection, cutoff: datetime) -> list[ScopeActivity]:
@@ -152,13 +210,6 @@ async def active_since(conn: TrioConnection, cutoff: datetime) -> list[ScopeActi
         cur = await conn.execute(ACTIVE_SINCE, {"cutoff": cutoff})
         rows = await cur.fetchall()
     return [ScopeActivity(row[0], int(row[1]), row[2]) for row in rows]
-
-
-async def message_seq(conn: TrioConnection, message_id: str) -> tuple[str, int] | None:
-    with map_errors():
-        cur = await conn.execute(MESSAGE_SCOPE_SEQ, (message_id,))
-        row = await cur.fetchone()
-    return (row[0], int(row[1])) if row else None
 
 
 # Prepared, parameters bound as text: the payloads travel as one JSON array
