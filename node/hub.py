@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
 
 import structlog
@@ -49,6 +49,7 @@ import structlog
 from actors.planner import MessagePlan, MutationPlan
 from actors.ports import CommittedMutation, CommittedSend, ReactionActivity, ThreadActivity
 from actors.reactions import ReactionSummary
+from node.outbound import Outbound
 from node.views import (
     committed_message_view,
     rfc3339,
@@ -143,6 +144,7 @@ class Hub:
         self._revoked: dict[int, None] = {}
         self.skip_mutation_push = os.environ.get(SKIP_MUTATION_PUSH_ENV) == "1"
         self.relay: EventRelay | None = None
+        self._holding: list[Outbound] | None = None
 
     def add(self, session: LiveSession, credential_id: int | None = None) -> bool:
         """Register an authenticated session; False (not added) if its credential was revoked."""
@@ -233,12 +235,27 @@ class Hub:
 
     # ------------------------------------------------------------ Publisher
 
-    def batch(self) -> AbstractContextManager[None]:
-        # Writes leave as they are queued: holding a commit's replies and events
-        # to join them was measured slower for one-at-a-time sends
-        # (docs/performance.md, "CPU per send, round 2"). A batch's events to
-        # one session are still joined by publish_messages.
-        return nullcontext()
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """A commit's replies and events: a sender's session gets its reply and
+        its own events as one write (one wake-up of the client); every other
+        session's writes leave as they are queued."""
+        if self._holding is not None:
+            yield
+            return
+        self._holding = []
+        try:
+            yield
+        finally:
+            held, self._holding = self._holding, None
+            for outbound in held:
+                outbound.release()
+
+    def hold_reply(self, outbound: Outbound) -> None:
+        """Inside :meth:`batch`: keep ``outbound``'s writes until the batch ends."""
+        if self._holding is not None:
+            outbound.hold()
+            self._holding.append(outbound)
 
     def publish_messages(
         self, scope_id: str, sends: Sequence[tuple[MessagePlan, CommittedSend]]

@@ -28,6 +28,7 @@ class Outbound:
         "_fd",
         "_grace",
         "_head_partial",
+        "_held",
         "_on_done",
         "_on_overflow",
         "_over_since",
@@ -67,6 +68,8 @@ class Outbound:
         self._over_since: float | None = None
         self._closing: bytes | None = None
         self._writer_running = False
+        # Frames held back to leave as one write (see hold()).
+        self._held: list[bytes] | None = None
         self.broken = False
         self.closed = False
         self.bytes_sent = 0
@@ -83,6 +86,9 @@ class Outbound:
         """Queue framed bytes (text or control frames); never blocks."""
         if self.closed or self.broken or self._closing is not None:
             return
+        if self._held is not None:
+            self._held.append(data)
+            return
         if not self._writer_running:
             rest = self._write_now(data)
             if not rest:
@@ -94,6 +100,16 @@ class Outbound:
         if self._size > self._cap:
             self._note_over()
         self._ensure_writer()
+
+    def hold(self) -> None:
+        """Keep what is pushed from now on until :meth:`release` (one write)."""
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            self.push_frame(held[0] if len(held) == 1 else b"".join(held))
 
     def _write_now(self, data: bytes) -> bytes:
         """Write what the socket takes now; return the rest."""

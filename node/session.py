@@ -383,6 +383,7 @@ class Session:
         if isinstance(result, OperationError):
             self._error(request_id, result.code, result.message, result.details)
         else:
+            self.services.hub.hold_reply(self.outbound)
             self.push(encode(Reply(id=request_id, op="send", result=result)))
 
     # ------------------------------------------------------------ outbound
