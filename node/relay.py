@@ -51,8 +51,8 @@ import json
 import math
 import secrets
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import aclosing, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -61,14 +61,21 @@ import structlog
 import trio
 
 from actors.sources import VIEW_KIND
-from node.hub import Hub, LiveSession
+from node.hub import Hub, LiveSession, delivery_id
 from node.views import sees_recipients, stored_message_view
 from node.wsframe import frame
 from protocol.codec import encode
-from protocol.frames import InvalidateEvent, MembershipEvent, MessageEvent, ReadStateEvent
+from protocol.frames import (
+    Deliver,
+    InvalidateEvent,
+    MembershipEvent,
+    MessageEvent,
+    ReadStateEvent,
+)
+from storage import outbox
 from storage import relay as relay_sql
 from storage.errors import StorageError
-from storage.pg import Pool, TrioConnection
+from storage.pg import Pool, TrioConnection, reusable
 from storage.sources import pending
 
 log = structlog.get_logger(__name__)
@@ -143,6 +150,8 @@ class ClusterRelay:
         self._cursors: OrderedDict[str, _Cursor] = OrderedDict()
         self._held: dict[str, int] = {}
         self._fetching: set[str] = set()
+        # The process loop's own connection, kept between notifications.
+        self._reader: TrioConnection | None = None
         self._nursery: trio.Nursery | None = None
         self.listener_pid: int | None = None
         self.listening = trio.Event()
@@ -380,6 +389,34 @@ class ClusterRelay:
         return await relay_sql.database_now(conn)
 
     async def _process_loop(self) -> None:
+        try:
+            await self._process_jobs()
+        finally:
+            if self._reader is not None:
+                with trio.CancelScope(shield=True):
+                    await self._pool.give_back(self._reader)
+                self._reader = None
+
+    @asynccontextmanager
+    async def _reading(self) -> AsyncIterator[TrioConnection]:
+        """The process loop's connection: kept across notifications (a pool
+        checkout per notification was a tenth of the relay's time), replaced
+        when it is no longer reusable or a statement on it failed."""
+        if self._reader is not None and not reusable(self._reader):
+            reader, self._reader = self._reader, None
+            await self._pool.give_back(reader)
+        if self._reader is None:
+            self._reader = await self._pool.keep()
+        try:
+            yield self._reader
+        except BaseException:
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                with trio.CancelScope(shield=True):
+                    await self._pool.give_back(reader)
+            raise
+
+    async def _process_jobs(self) -> None:
         while True:
             jobs = [await self._jobs.receive()]
             while True:
@@ -494,7 +531,7 @@ class ClusterRelay:
         if not candidates:
             cursor.add(seqs)
             return
-        async with self._pool.connection() as conn:
+        async with self._reading() as conn:
             rows = await relay_sql.readers_in_range(conn, scope_id, seqs[0], seqs[-1], candidates)
         wanted = set(seqs)
         batches: dict[LiveSession, list[tuple[int, bytes]]] = {}
@@ -521,12 +558,43 @@ class ClusterRelay:
             session.deliver_events(scope_id, events)
             self.events_relayed += len(events)
         self._hub.events_published += sum(len(e) for e in batches.values())
+        await self._wake_daemons(scope_id, [row for row in rows if row.message.seq in wanted])
+
+    async def _wake_daemons(self, scope_id: str, rows: Sequence[Any]) -> None:
+        """``deliver`` to this node's daemons the wakes another node wrote for
+        these messages (that node pushed them only to the daemons it holds)."""
+        daemons = {
+            reader: [s for s in self._hub.sessions_of(reader) if s.is_daemon]
+            for row in rows
+            for reader in row.readers
+        }
+        daemons = {agent: sessions for agent, sessions in daemons.items() if sessions}
+        if not daemons:
+            return
+        messages = {row.message.id: row.message for row in rows}
+        async with self._reading() as conn:
+            wakes = await outbox.wakes_of_messages(conn, list(messages), list(daemons))
+        for message_id, agent_id, reason in wakes:
+            message = messages[message_id]
+            payload = encode(
+                Deliver(
+                    delivery_id=delivery_id(message_id, agent_id),
+                    agent_id=agent_id,
+                    target_key=scope_id,
+                    target_seq=message.seq,
+                    reason=reason,
+                    message=stored_message_view(message, agent_id),
+                )
+            )
+            for session in daemons[agent_id]:
+                if not session.is_muted(scope_id):
+                    session.push(payload)
 
     async def _catch_up(self, cutoff: datetime) -> None:
         self.catchups += 1
         if not self._hub.member_ids():
             return
-        async with self._pool.connection() as conn:
+        async with self._reading() as conn:
             active = await relay_sql.active_since(conn, cutoff)
         log.info("relay_catch_up", scopes=len(active))
         for scope in active:
@@ -552,7 +620,7 @@ class ClusterRelay:
         if "a" in data:
             targets = set(data["a"]).intersection(local)
         else:
-            async with self._pool.connection() as conn:
+            async with self._reading() as conn:
                 targets = await relay_sql.current_readers(conn, scope_id, local)
             if member_id in local:
                 targets.add(member_id)
@@ -586,7 +654,7 @@ class ClusterRelay:
     async def _readers_of(self, scope_id: str, message_id: str, local: list[str]) -> set[str]:
         """Current readers of a message among ``local``; private agents left out,
         since whose activity they may see depends on who acted (conservative)."""
-        async with self._pool.connection() as conn:
+        async with self._reading() as conn:
             found = await relay_sql.readers_of_message(conn, scope_id, message_id, local)
         if found is None:
             return set()
@@ -598,7 +666,7 @@ class ClusterRelay:
 
     async def _invalidate(self, scope_id: str, from_seq: int, reason: str) -> None:
         local = self._hub.member_ids()
-        async with self._pool.connection() as conn:
+        async with self._reading() as conn:
             targets = await relay_sql.current_readers(conn, scope_id, local)
         payload = encode(InvalidateEvent(scope_id=scope_id, reason=reason, from_seq=from_seq))
         for reader in targets:

@@ -158,6 +158,26 @@ async def mark_delivered(conn: TrioConnection, dedupe_keys: Sequence[str]) -> in
     return cur.rowcount
 
 
+# The wakes another node wrote for messages this node relays to its own daemons.
+WAKES_OF_MESSAGES = """
+SELECT o.message_id, o.target_member_id, coalesce(o.payload->>'reason', '')
+FROM scope_fanout_outbox o
+WHERE o.message_id = ANY(%s) AND o.target_member_id = ANY(%s)
+  AND o.fanout_type = 'agent_wake' AND o.status IN ('pending', 'leased')
+ORDER BY o.id
+"""
+
+
+async def wakes_of_messages(
+    conn: TrioConnection, message_ids: list[str], agent_ids: list[str]
+) -> list[tuple[str, str, str]]:
+    """Unacknowledged wakes of ``agent_ids`` for ``message_ids``: (message, agent, reason)."""
+    with map_errors():
+        cur = await conn.execute(WAKES_OF_MESSAGES, (message_ids, agent_ids))
+        rows = await cur.fetchall()
+    return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+
 async def ack_wake(conn: TrioConnection, dedupe_key: str, agent_id: str) -> bool:
     """Acknowledge an agent delivery; False when there is no such delivery for the agent."""
     with map_errors():
