@@ -1,4 +1,4 @@
-"""Chunked logical sends: the node splits long content into rows (issue 3, acceptance 7).
+"""Chunked logical sends: the node splits long content into rows.
 
 Content longer than the node's row limit becomes several rows, committed one
 per actor turn with the rest queued again behind everything else. Row i is

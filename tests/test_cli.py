@@ -1,4 +1,4 @@
-"""The ``scopenode`` command line as a black box (issue 2, acceptance 1 and 6).
+"""The ``scopenode`` command line as a black box.
 
 Every command runs as a real subprocess (``python -m node …``) against a real
 PostgreSQL: either the embedded server of a fresh data dir (``serve`` and an

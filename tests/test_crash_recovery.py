@@ -1,4 +1,4 @@
-"""Crash safety (issue 4, acceptance 1).
+"""Crash safety.
 
 ``scopenode serve`` runs as a subprocess on the test database; several
 sessions send concurrently; the node is killed with SIGKILL mid-load and

@@ -1,4 +1,4 @@
-"""Agent deliveries: ack, redelivery on reconnect, the outbox worker (issue 4: 2 and 5)."""
+"""Agent deliveries: ack, redelivery on reconnect, the outbox worker."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""examples/echo_agent.py as a subprocess against a real node (issue 10, acceptance 4).
+"""examples/echo_agent.py as a subprocess against a real node.
 
 The agent is held between its wake and its answer (its ``ECHO_AGENT_GATE_DIR``
 hook) while a human posts, so its first answer is ``held`` every time: it must

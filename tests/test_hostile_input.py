@@ -1,4 +1,4 @@
-"""Hostile and malformed input over real WebSockets (issue 2, acceptance 5).
+"""Hostile and malformed input over real WebSockets.
 
 Every bad frame gets the documented ``error`` (or close code) and, where
 docs/protocol.md says so, the session stays open: each check ends with a ``ping``

@@ -1,4 +1,4 @@
-"""One clock: message time is database time (issue 8, hole 6).
+"""One clock: message time is database time.
 
 The readable predicate compares a message's ``created_at`` with the grant's
 ``created_at``/``revoked_at``, which the database stamps. Here the node's wall

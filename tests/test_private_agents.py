@@ -1,4 +1,4 @@
-"""Private agents end to end over WebSockets (issue 3, acceptance 1, 2 and 4).
+"""Private agents end to end over WebSockets.
 
 Owner O (human), O's private agents P and Q, human H and O's public agent A in
 #c. Private authority (docs/design.md#private-agents): only O, O's grantees within the

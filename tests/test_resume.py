@@ -1,4 +1,4 @@
-"""Resume after a disconnect (issue 4, acceptance 3).
+"""Resume after a disconnect.
 
 A reader that was away reconnects with ``hello.resume``: it gets at most 200
 missed messages oldest first, then ``resumed`` with ``hasMore``, and pages the

@@ -1,4 +1,4 @@
-"""Sends are fenced on the scope's roster generation (issue 8, hole 2).
+"""Sends are fenced on the scope's roster generation.
 
 Two nodes on one database. Node A's actor for #c is warm (it has sent); then
 the roster or the grants change through node B, which node A's actor never

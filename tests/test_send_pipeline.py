@@ -1,4 +1,4 @@
-"""Acceptance of the send pipeline (issue 2: points 2, 3, 4 and 7)."""
+"""The send pipeline end to end."""
 
 from __future__ import annotations
 

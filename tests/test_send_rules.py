@@ -1,4 +1,4 @@
-"""What a sender may set and what a send shows to whom (issue 8, holes 3 and 7).
+"""What a sender may set and what a send shows to whom.
 
 Explain names only the members the author may see in ``members``;
 ``metadata.recipients`` is for the author and the recipients; ``messageType``,

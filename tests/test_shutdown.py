@@ -1,4 +1,4 @@
-"""Graceful shutdown (issue 4, acceptance 6).
+"""Graceful shutdown.
 
 ``scopenode serve`` on an empty data dir (embedded PostgreSQL) with two
 sessions connected gets SIGTERM: ``/healthz`` answers 503 and new sessions

@@ -1,4 +1,4 @@
-"""Slow consumers (issue 4, acceptance 4).
+"""Slow consumers.
 
 One session of 100 in a scope stops reading. With a small outbound cap the
 node closes it with 4429 within a bounded time while the 99 others receive

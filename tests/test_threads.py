@@ -1,4 +1,4 @@
-"""Reply threads and private-agent thread admission over WebSockets (issue 3, acceptance 3).
+"""Reply threads and private-agent thread admission over WebSockets.
 
 Targets ``#slug:<rootMessageId>`` name the reply thread of a root message of
 the channel, created on first use. Posting makes the poster a thread member;

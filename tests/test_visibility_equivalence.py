@@ -1,4 +1,4 @@
-"""The SQL readable predicate and its in-memory twin agree (issue 3, acceptance 5).
+"""The SQL readable predicate and its in-memory twin agree.
 
 Hypothesis generates random scopes: humans, public agents, private agents with
 owners, membership intervals built by joins and leaves (public for humans and
