@@ -52,7 +52,7 @@ import math
 import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Sequence
-from contextlib import aclosing, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -134,6 +134,33 @@ class _Cursor:
         return [s for s in range(self.frontier + 1, upto + 1) if s not in self.above]
 
 
+class _Kept:
+    """A pool connection one task keeps statement after statement (Pool.keep),
+    replaced when it is no longer reusable or a statement on it failed."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._conn: TrioConnection | None = None
+
+    @asynccontextmanager
+    async def use(self) -> AsyncIterator[TrioConnection]:
+        if self._conn is not None and not reusable(self._conn):
+            await self.release()
+        if self._conn is None:
+            self._conn = await self._pool.keep()
+        try:
+            yield self._conn
+        except BaseException:
+            await self.release()
+            raise
+
+    async def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with trio.CancelScope(shield=True):
+                await self._pool.give_back(conn)
+
+
 class ClusterRelay:
     """NOTIFY after commit, LISTEN and relay to local sessions (see module doc)."""
 
@@ -150,8 +177,10 @@ class ClusterRelay:
         self._cursors: OrderedDict[str, _Cursor] = OrderedDict()
         self._held: dict[str, int] = {}
         self._fetching: set[str] = set()
-        # The process loop's own connection, kept between notifications.
-        self._reader: TrioConnection | None = None
+        # The process loop's and the publish loop's own connections, kept
+        # between notifications: neither waits for a pool checkout.
+        self._reader = _Kept(pool)
+        self._publisher = _Kept(pool)
         self._nursery: trio.Nursery | None = None
         self.listener_pid: int | None = None
         self.listening = trio.Event()
@@ -267,13 +296,19 @@ class ClusterRelay:
             task_status.started()
 
     async def _publish_loop(self) -> None:
+        try:
+            await self._publish_batches()
+        finally:
+            await self._publisher.release()
+
+    async def _publish_batches(self) -> None:
         while True:
             await self._outgoing_ready.wait()
             self._outgoing_ready = trio.Event()
             payloads, self._outgoing = self._outgoing, []
             for attempt in range(NOTIFY_ATTEMPTS):
                 try:
-                    async with self._pool.connection() as conn:
+                    async with self._publisher.use() as conn:
                         await relay_sql.notify_many(conn, CHANNEL, payloads)
                     break
                 except (psycopg.Error, StorageError, OSError) as exc:
@@ -392,29 +427,12 @@ class ClusterRelay:
         try:
             await self._process_jobs()
         finally:
-            if self._reader is not None:
-                with trio.CancelScope(shield=True):
-                    await self._pool.give_back(self._reader)
-                self._reader = None
+            await self._reader.release()
 
-    @asynccontextmanager
-    async def _reading(self) -> AsyncIterator[TrioConnection]:
-        """The process loop's connection: kept across notifications (a pool
-        checkout per notification was a tenth of the relay's time), replaced
-        when it is no longer reusable or a statement on it failed."""
-        if self._reader is not None and not reusable(self._reader):
-            reader, self._reader = self._reader, None
-            await self._pool.give_back(reader)
-        if self._reader is None:
-            self._reader = await self._pool.keep()
-        try:
-            yield self._reader
-        except BaseException:
-            reader, self._reader = self._reader, None
-            if reader is not None:
-                with trio.CancelScope(shield=True):
-                    await self._pool.give_back(reader)
-            raise
+    def _reading(self) -> AbstractAsyncContextManager[TrioConnection]:
+        """The process loop's connection (a pool checkout per notification was
+        a tenth of the relay's time)."""
+        return self._reader.use()
 
     async def _process_jobs(self) -> None:
         while True:
