@@ -118,9 +118,8 @@ WHERE s.latest_message_at >= %(cutoff)s
 # Prepared, parameters bound as text the caller encodes (0: the server infers
 # text); candidates travel as one JSON array, not an adapted text[].
 _TYPES = {"scope_id": 0, "from_seq": 20, "to_seq": 20, "message_id": 0, "candidates": 0}
-_IN_RANGE, _IN_RANGE_NAMES = Prepared.from_named(
-    "scopenode_relay_readers_v2", READERS_IN_RANGE, _TYPES
-)
+READERS_IN_RANGE_NAME = "scopenode_relay_readers_v2"
+_IN_RANGE, _IN_RANGE_NAMES = Prepared.from_named(READERS_IN_RANGE_NAME, READERS_IN_RANGE, _TYPES)
 _OF_MESSAGE, _OF_MESSAGE_NAMES = Prepared.from_named(
     "scopenode_relay_readers_of_v1", READERS_OF_MESSAGE, _TYPES
 )

@@ -317,3 +317,50 @@ async def test_cluster_up_two_nodes_chat_through_haproxy(database_url: str, tmp_
     # Everything it started is gone: its port answers no more.
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass
+
+
+async def test_the_relay_read_is_one_prepared_statement_that_keeps_its_generic_plan(
+    database_url: str,
+) -> None:
+    """The receiving node's read of a relayed range: the members of the channel
+    among the candidates read each message, an outsider does not, and from the
+    sixth call on PostgreSQL runs the prepared statement's generic plan (no
+    planning per notification)."""
+    from storage import relay as relay_sql
+
+    async with await connect(database_url, autocommit=True) as conn:
+        workspace_id = await directory.create_workspace(conn, "relay-read")
+        inside = []
+        for i in range(12):
+            member = await directory.create_member(
+                conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle=f"in{i}"
+            )
+            await scopes.join_on_creation(conn, member)
+            inside.append(member.id)
+        outsider = await directory.create_member(
+            conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle="out"
+        )
+        general = await scopes.channel_by_slug(conn, workspace_id, "general")
+        assert general is not None
+        await conn.execute(
+            "INSERT INTO scope_messages (id, workspace_id, scope_id, seq, workspace_global_seq,"
+            " author_member_id, author_type, notify_principal_member_id,"
+            " idempotency_subject_member_id, message_type, content)"
+            " SELECT 'msg_relay' || g, %(w)s, %(s)s, g, g, %(a)s, 'human', %(a)s, %(a)s,"
+            " 'text', 'x' FROM generate_series(1, 8) g",
+            {"w": workspace_id, "s": general, "a": inside[0]},
+        )
+        candidates = [*inside[1:], outsider.id]
+        for seq in range(1, 8):
+            rows = await relay_sql.readers_in_range(conn, general, seq, seq, candidates)
+            assert [row.message.seq for row in rows] == [seq]
+            assert sorted(rows[0].readers) == sorted(inside[1:])
+        rows = await relay_sql.readers_in_range(conn, general, 2, 8, candidates)
+        assert [row.message.seq for row in rows] == list(range(2, 9))
+        cur = await conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = %s",
+            (relay_sql.READERS_IN_RANGE_NAME,),
+        )
+        generic, custom = (await cur.fetchall())[0]
+        assert custom <= 5, custom
+        assert generic >= 3, generic
