@@ -319,6 +319,46 @@ async def test_cluster_up_two_nodes_chat_through_haproxy(database_url: str, tmp_
         pass
 
 
+_INSERT_MESSAGES = (
+    "INSERT INTO scope_messages (id, workspace_id, scope_id, seq, workspace_global_seq,"
+    " author_member_id, author_type, notify_principal_member_id,"
+    " idempotency_subject_member_id, message_type, content)"
+    " SELECT %(prefix)s || g, %(w)s, %(s)s, g, %(g0)s + g, %(a)s, 'human', %(a)s, %(a)s,"
+    " 'text', 'x' FROM generate_series(1, %(n)s) g"
+)
+
+
+async def _relay_world(conn: Any, members: int) -> tuple[str, str, list[str], str]:
+    """A workspace whose ``members`` humans are in #general with 8 messages by
+    the first, and one human in no channel: (workspace, #general, inside, outsider)."""
+    workspace_id = await directory.create_workspace(conn, "relay-read")
+    inside = []
+    for i in range(members):
+        member = await directory.create_member(
+            conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle=f"in{i}"
+        )
+        await scopes.join_on_creation(conn, member)
+        inside.append(member.id)
+    outsider = await directory.create_member(
+        conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle="out"
+    )
+    general = await scopes.channel_by_slug(conn, workspace_id, "general")
+    assert general is not None
+    await conn.execute(
+        _INSERT_MESSAGES,
+        {
+            "prefix": f"msg_{general}_",
+            "w": workspace_id,
+            "s": general,
+            "g0": 0,
+            "n": 8,
+            "a": inside[0],
+        },
+    )
+    await conn.execute("UPDATE scopes SET latest_seq = 8 WHERE id = %s", (general,))
+    return workspace_id, general, inside, outsider.id
+
+
 async def test_the_relay_read_is_one_prepared_statement_that_keeps_its_generic_plan(
     database_url: str,
 ) -> None:
@@ -329,28 +369,8 @@ async def test_the_relay_read_is_one_prepared_statement_that_keeps_its_generic_p
     from storage import relay as relay_sql
 
     async with await connect(database_url, autocommit=True) as conn:
-        workspace_id = await directory.create_workspace(conn, "relay-read")
-        inside = []
-        for i in range(12):
-            member = await directory.create_member(
-                conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle=f"in{i}"
-            )
-            await scopes.join_on_creation(conn, member)
-            inside.append(member.id)
-        outsider = await directory.create_member(
-            conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle="out"
-        )
-        general = await scopes.channel_by_slug(conn, workspace_id, "general")
-        assert general is not None
-        await conn.execute(
-            "INSERT INTO scope_messages (id, workspace_id, scope_id, seq, workspace_global_seq,"
-            " author_member_id, author_type, notify_principal_member_id,"
-            " idempotency_subject_member_id, message_type, content)"
-            " SELECT 'msg_relay' || g, %(w)s, %(s)s, g, g, %(a)s, 'human', %(a)s, %(a)s,"
-            " 'text', 'x' FROM generate_series(1, 8) g",
-            {"w": workspace_id, "s": general, "a": inside[0]},
-        )
-        candidates = [*inside[1:], outsider.id]
+        _, general, inside, outsider = await _relay_world(conn, 12)
+        candidates = [*inside[1:], outsider]
         for seq in range(1, 8):
             rows = await relay_sql.readers_in_range(conn, general, seq, seq, candidates)
             assert [row.message.seq for row in rows] == [seq]
@@ -364,3 +384,42 @@ async def test_the_relay_read_is_one_prepared_statement_that_keeps_its_generic_p
         generic, custom = (await cur.fetchall())[0]
         assert custom <= 5, custom
         assert generic >= 3, generic
+
+
+async def test_the_relay_read_of_a_thread_follows_the_parents_current_public_members(
+    database_url: str,
+) -> None:
+    """In a reply thread the parent's current public members read every message
+    without joining it; one who left the parent no longer reads the thread."""
+    from storage import relay as relay_sql
+
+    async with await connect(database_url, autocommit=True) as conn:
+        workspace_id, general, inside, outsider = await _relay_world(conn, 4)
+        thread = f"scp_thread_{general}"
+        await conn.execute(
+            "INSERT INTO scopes (id, workspace_id, type, parent_scope_id, root_message_id,"
+            " latest_seq) VALUES (%s, %s, 'thread', %s, %s, 2)",
+            (thread, workspace_id, general, f"msg_{general}_1"),
+        )
+        await conn.execute(
+            _INSERT_MESSAGES,
+            {
+                "prefix": f"msg_{thread}_",
+                "w": workspace_id,
+                "s": thread,
+                "g0": 8,
+                "n": 2,
+                "a": inside[0],
+            },
+        )
+        candidates = [*inside[1:], outsider]
+        rows = await relay_sql.readers_in_range(conn, thread, 1, 2, candidates)
+        assert [sorted(row.readers) for row in rows] == [sorted(inside[1:])] * 2
+        await conn.execute(
+            "UPDATE scope_memberships SET effective_to_seq = 9"
+            " WHERE scope_id = %s AND member_id = %s",
+            (general, inside[1]),
+        )
+        rows = await relay_sql.readers_in_range(conn, thread, 1, 2, candidates)
+        assert [sorted(row.readers) for row in rows] == [sorted(inside[2:])] * 2
+        assert await relay_sql.current_readers(conn, thread, candidates) == set(inside[2:])
