@@ -32,6 +32,7 @@ from bench.wsframes import (
     OP_TEXT,
     FrameError,
     parse_upgrade_response,
+    server_frame_at,
     upgrade_request,
 )
 
@@ -108,27 +109,9 @@ class LeanWebSocket:
 
     def _parse(self) -> None:
         buf = self._buf
-        n = len(buf)
         pos = 0
-        while n - pos >= 2:
-            b0, b1 = buf[pos], buf[pos + 1]
-            if b1 & 0x80:
-                raise FrameError("masked frame from server")
-            length = b1 & 0x7F
-            start = pos + 2
-            if length == 126:
-                if n - pos < 4:
-                    break
-                length = (buf[pos + 2] << 8) | buf[pos + 3]
-                start = pos + 4
-            elif length == 127:
-                if n - pos < 10:
-                    break
-                length = int.from_bytes(buf[pos + 2 : pos + 10], "big")
-                start = pos + 10
-            end = start + length
-            if end > n:
-                break
+        while (found := server_frame_at(buf, pos)) is not None:
+            b0, start, end = found
             self._frame(b0, bytes(buf[start:end]))
             pos = end
         if pos:

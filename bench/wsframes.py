@@ -93,6 +93,32 @@ def client_frame(payload: bytes, opcode: int = OP_TEXT) -> bytes:
     return bytes(head) + mask + masked
 
 
+def server_frame_at(buf: bytes | bytearray, pos: int) -> tuple[int, int, int] | None:
+    """The server→client frame starting at ``pos``: (first byte, payload start,
+    payload end), or None while it is incomplete. Raises FrameError for a
+    masked frame (servers never mask, RFC 6455 §5.1)."""
+    n = len(buf)
+    if n - pos < 2:
+        return None
+    b1 = buf[pos + 1]
+    if b1 & 0x80:
+        raise FrameError("masked frame from server")
+    length = b1 & 0x7F
+    start = pos + 2
+    if length == 126:
+        if n - pos < 4:
+            return None
+        length = (buf[pos + 2] << 8) | buf[pos + 3]
+        start = pos + 4
+    elif length == 127:
+        if n - pos < 10:
+            return None
+        length = int.from_bytes(buf[pos + 2 : pos + 10], "big")
+        start = pos + 10
+    end = start + length
+    return None if end > n else (buf[pos], start, end)
+
+
 class FrameCounter:
     """Counts server→client frames from a byte stream, parsing headers only.
 
@@ -144,29 +170,11 @@ class FrameCounter:
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         buf = self._buf
         buf += data
-        n = len(buf)
         pos = 0
         every = self.sample_every
-        while n - pos >= 2:
-            b0 = buf[pos]
-            b1 = buf[pos + 1]
-            if b1 & 0x80:
-                raise FrameError("masked frame from server")
-            length = b1 & 0x7F
-            start = pos + 2
-            if length == 126:
-                if n - pos < 4:
-                    break
-                length = (buf[pos + 2] << 8) | buf[pos + 3]
-                start = pos + 4
-            elif length == 127:
-                if n - pos < 10:
-                    break
-                length = int.from_bytes(buf[pos + 2 : pos + 10], "big")
-                start = pos + 10
-            end = start + length
-            if end > n:
-                break
+        while (found := server_frame_at(buf, pos)) is not None:
+            b0, start, end = found
+            length = end - start
             opcode = b0 & 0x0F
             if opcode < 0x8:
                 self.payload_bytes += length
