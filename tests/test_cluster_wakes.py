@@ -14,8 +14,8 @@ import trio
 
 from actors.model import MemberType
 from node.client import open_daemon
-from tests.test_cluster import connect_to, make_channel, nodes
 from tests.nodes import World
+from tests.test_cluster import connect_to, make_channel, nodes
 
 WAIT = 3.0  # far below the outbox's first retry of a wake (30 s)
 
