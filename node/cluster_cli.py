@@ -65,8 +65,11 @@ defaults
     # A WebSocket idles between heartbeats; the tunnel timeout governs it.
     timeout tunnel 1h
     timeout client-fin 5s
-    # A node that refuses a new connection (down, draining) is skipped.
-    option redispatch
+    # A node that refuses a new connection (down, draining) is skipped: every
+    # retry goes to another node, after a turn-around of min(timeout connect,
+    # 1 s), so a client of a killed node is through before the health check
+    # has marked it down.
+    option redispatch 1
     retries 2
 
 frontend scopenode
