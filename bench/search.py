@@ -19,6 +19,7 @@ import io
 import itertools
 import json
 import random
+import shutil
 import statistics
 import string
 import time
@@ -33,6 +34,7 @@ import trio
 
 from actors.model import MemberType
 from actors.search_query import parse
+from node import logs
 from node.app import serve_node
 from node.client import open_client
 from node.config import Settings
@@ -313,7 +315,21 @@ async def _send_rounds(conn: TrioConnection, client: Any, target: str, n: int) -
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    data_dir = Path(args.data_dir or mkdtemp(prefix="scopenode-bench-search-"))
+    # The in-process node logs like a served one at warning level: a debug
+    # line per send would be part of what the send phases measure.
+    logs.configure("warning")
+    if args.data_dir:
+        return await _run_in(Path(args.data_dir), args)
+    data_dir = Path(mkdtemp(prefix="scopenode-bench-search-"))
+    try:
+        return await _run_in(data_dir, args)
+    finally:
+        # The corpus of a million messages is gigabytes: never leave it behind
+        # (the embedded server has stopped when the block above returns).
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def _run_in(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     async with (
         open_database(data_dir, args.database_url) as dsn,
         await connect(dsn, autocommit=True) as conn,
