@@ -116,6 +116,8 @@ class LiveSession(Protocol):
 
     def push_frame(self, framed: bytes) -> None: ...
 
+    def push_wake(self, delivery_id: str, framed: bytes) -> None: ...
+
     def close(self, code: int, reason: str) -> None: ...
 
     def mute_scope(self, scope_id: str, muted: bool) -> None: ...
@@ -266,7 +268,7 @@ class Hub:
         """
         delivered: list[str] = []
         batches: dict[LiveSession, list[tuple[int, bytes]]] = {}
-        wakes: list[tuple[LiveSession, bytes]] = []
+        wakes: list[tuple[LiveSession, str, bytes]] = []
         for plan, commit in sends:
             view = committed_message_view(plan, commit)
             framed = frame(encode(MessageEvent(scope_id=scope_id, message=view)))
@@ -287,10 +289,11 @@ class Hub:
                         batches.setdefault(session, []).append((commit.seq, framed_for))
             delivered.append(f"rt:{commit.message_id}")
             for agent_id, reason in plan.wakes:
+                wake_id = delivery_id(commit.message_id, agent_id)
                 wake = frame(
                     encode(
                         Deliver(
-                            delivery_id=delivery_id(commit.message_id, agent_id),
+                            delivery_id=wake_id,
                             agent_id=agent_id,
                             target_key=scope_id,
                             target_seq=commit.seq,
@@ -302,7 +305,7 @@ class Hub:
                     )
                 )
                 wakes.extend(
-                    (session, wake)
+                    (session, wake_id, wake)
                     for session in self._sessions.get(agent_id, ())
                     if session.is_daemon and not session.is_muted(scope_id)
                 )
@@ -314,8 +317,8 @@ class Hub:
             for session, events in batches.items():
                 session.deliver_events(scope_id, events)
                 self.events_published += len(events)
-        for session, wake in wakes:
-            session.push_frame(wake)
+        for session, wake_id, wake in wakes:
+            session.push_wake(wake_id, wake)
         self._on_delivered(delivered)
 
     def publish_thread(self, activity: ThreadActivity) -> None:
@@ -422,10 +425,11 @@ class Hub:
             if agent_id not in commit.woken:
                 continue  # woken for this message before: one wake per message
             view = stored_message_view(message, agent_id)
+            wake_id = delivery_id(message.id, agent_id)
             wake = frame(
                 encode(
                     Deliver(
-                        delivery_id=delivery_id(message.id, agent_id),
+                        delivery_id=wake_id,
                         agent_id=agent_id,
                         target_key=scope_id,
                         target_seq=message.seq,
@@ -436,7 +440,7 @@ class Hub:
             )
             for session in self._sessions.get(agent_id, ()):
                 if session.is_daemon and not session.is_muted(scope_id):
-                    session.push_frame(wake)
+                    session.push_wake(wake_id, wake)
         self._on_delivered([plan.projection_key])
 
     def publish_membership(

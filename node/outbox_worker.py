@@ -127,9 +127,10 @@ class OutboxWorker:
         if message is None:
             await outbox.finish(conn, row, self._owner, "suppressed", "message_gone")
             return
-        frame = encode(
+        wake_id = delivery_id(row.message_id, row.target_member_id)
+        payload = encode(
             Deliver(
-                delivery_id=delivery_id(row.message_id, row.target_member_id),
+                delivery_id=wake_id,
                 agent_id=row.target_member_id,
                 target_key=row.scope_id,
                 target_seq=message.seq,
@@ -138,7 +139,7 @@ class OutboxWorker:
             )
         )
         for session in daemons:
-            session.push(frame)
+            session.push_wake(wake_id, frame(payload))
         self.pushed += 1
         if row.attempts >= row.max_attempts:
             await outbox.finish(conn, row, self._owner, "failed", outbox.NOT_ACKNOWLEDGED)

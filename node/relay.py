@@ -594,19 +594,22 @@ class ClusterRelay:
             wakes = await outbox.wakes_of_messages(conn, list(messages), list(daemons))
         for message_id, agent_id, reason in wakes:
             message = messages[message_id]
-            payload = encode(
-                Deliver(
-                    delivery_id=delivery_id(message_id, agent_id),
-                    agent_id=agent_id,
-                    target_key=scope_id,
-                    target_seq=message.seq,
-                    reason=reason,
-                    message=stored_message_view(message, agent_id),
+            wake_id = delivery_id(message_id, agent_id)
+            wake = frame(
+                encode(
+                    Deliver(
+                        delivery_id=wake_id,
+                        agent_id=agent_id,
+                        target_key=scope_id,
+                        target_seq=message.seq,
+                        reason=reason,
+                        message=stored_message_view(message, agent_id),
+                    )
                 )
             )
             for session in daemons[agent_id]:
                 if not session.is_muted(scope_id):
-                    session.push(payload)
+                    session.push_wake(wake_id, wake)
 
     async def _catch_up(self, cutoff: datetime) -> None:
         self.catchups += 1

@@ -59,6 +59,7 @@ class Session:
         "_early",
         "_frames",
         "_held_live",
+        "_held_wakes",
         "_inflight",
         "_last_received",
         "_muted",
@@ -113,6 +114,10 @@ class Session:
         self._last_received = trio.current_time()
         self._resuming: dict[str, int] | None = None
         self._held_live: list[tuple[str, int, bytes]] = []
+        # Live wakes that arrive while pending ones are being replayed (None
+        # otherwise): the replay goes first, so a daemon never takes a newer
+        # wake before an older one and drops the older as already covered.
+        self._held_wakes: list[tuple[str, bytes]] | None = None
         self._inflight = trio.Semaphore(self.settings.max_inflight_requests)
         self._cancel = trio.CancelScope()
         self._closed = trio.Event()
@@ -320,6 +325,9 @@ class Session:
             return
         self.credential_id = credential_id
         self.is_daemon = hello.client.kind == "daemon"
+        replays = self.is_daemon and member.type.value == "agent"
+        if replays:
+            self._held_wakes = []
         self.capabilities = frozenset(hello.capabilities) & set(_SUPPORTED_CAPABILITIES)
         structlog.contextvars.bind_contextvars(member_id=member.id)
         self._resuming = dict(hello.resume) if hello.resume else None
@@ -339,15 +347,21 @@ class Session:
         if self._resuming is not None:
             await self._inflight.acquire()
             self._nursery.start_soon(self._resume, self._resuming)
-        if self.is_daemon and member.type.value == "agent":
+        if replays:
             # Inline, before any later request is read: every redelivered
             # `deliver` precedes the replies to what the daemon asks next.
+            replayed: set[str] = set()
             try:
-                await ops.redeliver(self)
+                replayed = await ops.redeliver(self)
             except Exception as exc:
                 if isinstance(exc, trio.Cancelled):
                     raise
                 log.warning("redeliver_failed", error=repr(exc))
+            finally:
+                held, self._held_wakes = self._held_wakes or [], None
+                for wake_id, framed in held:
+                    if wake_id not in replayed:
+                        self.outbound.push_frame(framed)
 
     async def _resume(self, resume: dict[str, int]) -> None:
         try:
@@ -407,6 +421,13 @@ class Session:
 
     def push_frame(self, framed: bytes) -> None:
         self.outbound.push_frame(framed)
+
+    def push_wake(self, delivery_id: str, framed: bytes) -> None:
+        """A framed ``deliver``: held while the session replays pending ones."""
+        if self._held_wakes is not None:
+            self._held_wakes.append((delivery_id, framed))
+        else:
+            self.outbound.push_frame(framed)
 
     def mute_scope(self, scope_id: str, muted: bool) -> None:
         """Drop (or again accept) the scope's events; see ``Hub.stop_scope_events``."""

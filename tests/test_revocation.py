@@ -100,6 +100,8 @@ class _FakeSession:
 
     def push_frame(self, framed: bytes) -> None: ...
 
+    def push_wake(self, delivery_id: str, framed: bytes) -> None: ...
+
     def close(self, code: int, reason: str) -> None:
         self.closed.append(code)
 

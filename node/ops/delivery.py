@@ -29,8 +29,9 @@ async def ack(ctx: Context, request: Ack) -> dict[str, Any]:
     return {}
 
 
-async def redeliver(ctx: Context) -> None:
-    """Push an agent daemon every unacknowledged delivery, oldest first."""
+async def redeliver(ctx: Context) -> set[str]:
+    """Push an agent daemon every unacknowledged delivery, oldest first;
+    returns their delivery ids."""
     member = member_of(ctx)
     async with ctx.services.pool.connection() as conn:
         pending = await outbox.pending_wakes(conn, member.id, ctx.settings.redeliver_limit)
@@ -41,9 +42,11 @@ async def redeliver(ctx: Context) -> None:
                 allowed.append(wake)
             else:
                 await outbox.suppress(conn, wake.outbox_id, reason)
+    pushed: set[str] = set()
     for wake in allowed:
+        wake_id = delivery_id(wake.message.id, member.id)
         frame = Deliver(
-            delivery_id=delivery_id(wake.message.id, member.id),
+            delivery_id=wake_id,
             agent_id=member.id,
             target_key=wake.message.scope_id,
             target_seq=wake.target_seq,
@@ -55,3 +58,5 @@ async def redeliver(ctx: Context) -> None:
         with trio.move_on_after(ctx.settings.slow_consumer_grace):
             await ctx.outbound.wait_for_room(len(payload))
         ctx.push(payload)
+        pushed.add(wake_id)
+    return pushed
