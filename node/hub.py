@@ -65,6 +65,7 @@ from protocol.frames import (
     MessageDeletedEvent,
     MessageEvent,
     MessageUpdatedEvent,
+    MessageView,
     ReactionEvent,
     ThreadSummary,
     ThreadUpdatedEvent,
@@ -127,6 +128,22 @@ class LiveSession(Protocol):
 
 def delivery_id(message_id: str, agent_id: str) -> str:
     return f"dlv_{message_id.removeprefix('msg_')}.{agent_id.removeprefix('mem_')}"
+
+
+def wake_frame(
+    message_id: str, agent_id: str, scope_id: str, seq: int, reason: str, view: MessageView
+) -> tuple[str, bytes]:
+    """A framed ``deliver`` of one message to one agent, with its delivery id."""
+    wake_id = delivery_id(message_id, agent_id)
+    event = Deliver(
+        delivery_id=wake_id,
+        agent_id=agent_id,
+        target_key=scope_id,
+        target_seq=seq,
+        reason=reason,
+        message=view,
+    )
+    return wake_id, frame(encode(event))
 
 
 def wake_dedupe_key(message_id: str, agent_id: str) -> str:
@@ -289,20 +306,9 @@ class Hub:
                         batches.setdefault(session, []).append((commit.seq, framed_for))
             delivered.append(f"rt:{commit.message_id}")
             for agent_id, reason in plan.wakes:
-                wake_id = delivery_id(commit.message_id, agent_id)
-                wake = frame(
-                    encode(
-                        Deliver(
-                            delivery_id=wake_id,
-                            agent_id=agent_id,
-                            target_key=scope_id,
-                            target_seq=commit.seq,
-                            reason=reason,
-                            message=view
-                            if not addressed or agent_id in privileged
-                            else others_view,
-                        )
-                    )
+                shown = view if not addressed or agent_id in privileged else others_view
+                wake_id, wake = wake_frame(
+                    commit.message_id, agent_id, scope_id, commit.seq, reason, shown
                 )
                 wakes.extend(
                     (session, wake_id, wake)
@@ -425,19 +431,7 @@ class Hub:
             if agent_id not in commit.woken:
                 continue  # woken for this message before: one wake per message
             view = stored_message_view(message, agent_id)
-            wake_id = delivery_id(message.id, agent_id)
-            wake = frame(
-                encode(
-                    Deliver(
-                        delivery_id=wake_id,
-                        agent_id=agent_id,
-                        target_key=scope_id,
-                        target_seq=message.seq,
-                        reason=reason,
-                        message=view,
-                    )
-                )
-            )
+            wake_id, wake = wake_frame(message.id, agent_id, scope_id, message.seq, reason, view)
             for session in self._sessions.get(agent_id, ()):
                 if session.is_daemon and not session.is_muted(scope_id):
                     session.push_wake(wake_id, wake)

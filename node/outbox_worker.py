@@ -16,11 +16,11 @@ from datetime import timedelta
 import structlog
 import trio
 
-from node.hub import Hub, delivery_id
+from node.hub import Hub, wake_frame
 from node.views import stored_message_view
 from node.wsframe import frame
 from protocol.codec import encode
-from protocol.frames import Deliver, MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
+from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
 from storage import messages, outbox, reactions, scopes
 from storage.outbox import LeasedRow
 from storage.pg import Pool, TrioConnection
@@ -127,19 +127,12 @@ class OutboxWorker:
         if message is None:
             await outbox.finish(conn, row, self._owner, "suppressed", "message_gone")
             return
-        wake_id = delivery_id(row.message_id, row.target_member_id)
-        payload = encode(
-            Deliver(
-                delivery_id=wake_id,
-                agent_id=row.target_member_id,
-                target_key=row.scope_id,
-                target_seq=message.seq,
-                reason=row.reason or "",
-                message=stored_message_view(message, row.target_member_id),
-            )
+        view = stored_message_view(message, row.target_member_id)
+        wake_id, wake = wake_frame(
+            row.message_id, row.target_member_id, row.scope_id, message.seq, row.reason or "", view
         )
         for session in daemons:
-            session.push_wake(wake_id, frame(payload))
+            session.push_wake(wake_id, wake)
         self.pushed += 1
         if row.attempts >= row.max_attempts:
             await outbox.finish(conn, row, self._owner, "failed", outbox.NOT_ACKNOWLEDGED)

@@ -61,12 +61,11 @@ import structlog
 import trio
 
 from actors.sources import VIEW_KIND
-from node.hub import Hub, LiveSession, delivery_id
+from node.hub import Hub, LiveSession, wake_frame
 from node.views import sees_recipients, stored_message_view
 from node.wsframe import frame
 from protocol.codec import encode
 from protocol.frames import (
-    Deliver,
     InvalidateEvent,
     MembershipEvent,
     MessageEvent,
@@ -594,19 +593,8 @@ class ClusterRelay:
             wakes = await outbox.wakes_of_messages(conn, list(messages), list(daemons))
         for message_id, agent_id, reason in wakes:
             message = messages[message_id]
-            wake_id = delivery_id(message_id, agent_id)
-            wake = frame(
-                encode(
-                    Deliver(
-                        delivery_id=wake_id,
-                        agent_id=agent_id,
-                        target_key=scope_id,
-                        target_seq=message.seq,
-                        reason=reason,
-                        message=stored_message_view(message, agent_id),
-                    )
-                )
-            )
+            view = stored_message_view(message, agent_id)
+            wake_id, wake = wake_frame(message_id, agent_id, scope_id, message.seq, reason, view)
             for session in daemons[agent_id]:
                 if not session.is_muted(scope_id):
                     session.push_wake(wake_id, wake)
