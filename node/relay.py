@@ -580,12 +580,12 @@ class ClusterRelay:
     async def _wake_daemons(self, scope_id: str, rows: Sequence[Any]) -> None:
         """``deliver`` to this node's daemons the wakes another node wrote for
         these messages (that node pushed them only to the daemons it holds)."""
-        daemons = {
-            reader: [s for s in self._hub.sessions_of(reader) if s.is_daemon]
-            for row in rows
-            for reader in row.readers
-        }
-        daemons = {agent: sessions for agent, sessions in daemons.items() if sessions}
+        readers = {reader for row in rows for reader in row.readers}
+        daemons = {}
+        for reader in readers:
+            sessions = [s for s in self._hub.sessions_of(reader) if s.is_daemon]
+            if sessions:
+                daemons[reader] = sessions
         if not daemons:
             return
         messages = {row.message.id: row.message for row in rows}

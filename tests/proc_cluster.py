@@ -418,3 +418,19 @@ async def tcp_relay(target_port: int) -> AsyncIterator[TcpRelay]:
             yield relay
         finally:
             nursery.cancel_scope.cancel()
+
+
+def team_clients(url: str, teams: Sequence[Team]) -> list[ResumingClient]:
+    """One resuming client per person of every team, through ``url`` (HAProxy)."""
+    return [
+        ResumingClient(f"{url}?workspace={team.workspace_id}", token, team.general, f"t{t}p{i}")
+        for t, team in enumerate(teams)
+        for i, token in enumerate(team.tokens)
+    ]
+
+
+async def warmed_up(clients: Sequence[ResumingClient], acks: int, limit: float = 20) -> None:
+    """Wait until every client has ``acks`` sends acknowledged."""
+    with trio.fail_after(limit):
+        while min(len(c.acked) for c in clients) < acks:
+            await trio.sleep(0.05)

@@ -17,12 +17,13 @@ import trio
 
 from node.cluster_cli import HAPROXY_MISSING, find_haproxy
 from tests.proc_cluster import (
-    ResumingClient,
     all_sent,
     check_scope,
     make_team,
     proc_cluster,
     scope_history,
+    team_clients,
+    warmed_up,
 )
 
 pytestmark = [
@@ -49,20 +50,12 @@ async def test_kill_9_of_the_busiest_node_loses_nothing_and_clients_resume_withi
 ) -> None:
     async with proc_cluster(database_url, tmp_path, 3) as cluster:
         teams = [await make_team(database_url, f"team{t}", PEOPLE) for t in range(TEAMS)]
-        clients = [
-            ResumingClient(
-                f"{cluster.url}?workspace={team.workspace_id}", token, team.general, f"t{t}p{i}"
-            )
-            for t, team in enumerate(teams)
-            for i, token in enumerate(team.tokens)
-        ]
+        clients = team_clients(cluster.url, teams)
         deadline = trio.current_time() + RUN_LIMIT
         async with trio.open_nursery() as nursery:
             for client in clients:
                 nursery.start_soon(client.run, SENDS, INTERVAL, deadline)
-            with trio.fail_after(20):
-                while min(len(c.acked) for c in clients) < WARM_ACKS:
-                    await trio.sleep(0.05)
+            await warmed_up(clients, WARM_ACKS)
             on_node = Counter(c.node for c in clients)
             busiest, held = on_node.most_common(1)[0]
             victim = next(n for n in cluster.nodes if n.name == busiest)

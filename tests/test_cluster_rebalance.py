@@ -19,7 +19,6 @@ import trio
 
 from node.cluster_cli import HAPROXY_MISSING, find_haproxy
 from tests.proc_cluster import (
-    ResumingClient,
     Team,
     all_sent,
     check_scope,
@@ -27,6 +26,8 @@ from tests.proc_cluster import (
     proc_cluster,
     scope_history,
     stay_until_latest,
+    team_clients,
+    warmed_up,
 )
 
 pytestmark = [
@@ -72,20 +73,12 @@ async def rebalance(database_url: str, tmp_path: Path) -> None:
         assert len(moving) == MOVING  # about a quarter of the workspaces move
         teams: list[Team] = moving + staying
         await cluster.start_proxy(old_nodes)
-        clients = [
-            ResumingClient(
-                f"{cluster.url}?workspace={team.workspace_id}", token, team.general, f"t{t}p{i}"
-            )
-            for t, team in enumerate(teams)
-            for i, token in enumerate(team.tokens)
-        ]
+        clients = team_clients(cluster.url, teams)
         deadline = trio.current_time() + RUN_LIMIT
         async with trio.open_nursery() as nursery:
             for client in clients:
                 nursery.start_soon(client.run, SENDS, INTERVAL, deadline)
-            with trio.fail_after(20):
-                while min(len(c.acked) for c in clients) < WARM_ACKS:
-                    await trio.sleep(0.05)
+            await warmed_up(clients, WARM_ACKS)
             before = {c.name: c.node for c in clients}
             assert new_node.name not in before.values()
 
