@@ -34,7 +34,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from actors.model import Member, Membership, MemberType, PrivateGrant
@@ -424,6 +424,22 @@ def check_world(conn: psycopg.Connection[Any], world: Simulated, seen: Counter[s
         assert all((r[15], r[16]) == sql[r[0]] for r in history)
 
 
+# An owner grants its private agent another human's messages, who then posts.
+GRANTED = Spec(
+    kinds=(("human", None), ("human", None), ("private_agent", 0)),
+    thread=False,
+    initial_joins=(True, True, True),
+    steps=(("grant", 1, 0, 1, "scope", None), ("msg", 1, 1), ("msg", 1, 1)),
+)
+# Two private agents of one owner: each reads the other's private messages.
+SAME_OWNER = Spec(
+    kinds=(("human", None), ("private_agent", 0), ("private_agent", 0)),
+    thread=False,
+    initial_joins=(True, True, True),
+    steps=(("msg", 1, 1), ("msg", 1, 2)),
+)
+
+
 def test_sql_predicate_and_twin_agree(conn: psycopg.Connection[Any]) -> None:
     seen: Counter[str | None] = Counter()
     worlds: list[int] = []
@@ -433,6 +449,11 @@ def test_sql_predicate_and_twin_agree(conn: psycopg.Connection[Any]) -> None:
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
+    # Random worlds reach a grant or two private agents of one owner only now
+    # and then (about one run in thirty missed "grant"): these two worlds
+    # reach both on every run, the generated ones explore around them.
+    @example(GRANTED)
+    @example(SAME_OWNER)
     @given(specs())
     def agree(spec: Spec) -> None:
         check_world(conn, simulate(spec), seen)
