@@ -2,8 +2,8 @@
 
 One node, one database server. For every point (``n`` senders) and series
 (one sender per scope: ``n`` scopes; two per scope: ``n/2`` scopes) the raw
-send statement runs at concurrency ``n`` (:mod:`bench.dbbaseline`, the node
-idle), then the throughput workload with ``n`` senders, back to back, so
+send statement runs at concurrency ``n`` over as many scopes
+(:mod:`bench.dbbaseline`, the node idle), then the throughput workload with ``n`` senders, back to back, so
 each ratio compares figures taken seconds apart under the same noise. Node
 CPU per send comes from ``/proc/<pid>/stat`` over the measured window; the
 load average is recorded with every point (the machine may be shared).
@@ -58,12 +58,22 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
             # The raw statement at this concurrency, measured again for each
             # series: the database grows during the run, and so does its cost.
             env.progress.phase(f"raw x{senders}", 1)
+            # Its workers share scopes as the senders do: two senders per scope
+            # are compared with two raw workers per scope.
             raw = await measure_db(
-                dsn, DbPlan(sequential=0, concurrency=(senders,), duration_s=plan.db_duration_s)
+                dsn,
+                DbPlan(
+                    sequential=0,
+                    concurrency=(senders,),
+                    duration_s=plan.db_duration_s,
+                    per_scope=per_scope,
+                ),
             )
             env.progress.close()
             level = raw["concurrent"][str(senders)]
-            raw_levels[senders] = level
+            own = level if per_scope == 1 else raw_levels.get(senders)
+            if per_scope == 1:
+                raw_levels[senders] = level
             result = await throughput.run(
                 env,
                 senders=senders,
@@ -82,6 +92,9 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
                     "sends": sends,
                     "sends_per_s": res["sends_per_s"],
                     "raw_tx_per_s": level["tx_per_s"],
+                    # The one-sender-per-scope series' raw figure at the same
+                    # concurrency (every raw worker on its own scope).
+                    "raw_own_scopes_tx_per_s": own.get("tx_per_s") if own else None,
                     "ratio": ratio(res["sends_per_s"], level["tx_per_s"]),
                     "p50_ms": res["latency"].get("p50_ms"),
                     "raw_p50_ms": level.get("p50_ms"),
@@ -101,7 +114,7 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
 def render(curve: dict[str, Any]) -> str:
     head = (
         "| senders/scope | senders | scopes | sends/s | raw tx/s | ratio | p50 ms | raw p50 ms"
-        " | node CPU ms/send | load avg (1 min, before/after) |"
+        " | node CPU ms/send | load avg (1 min, before/after) | raw tx/s, a scope per worker |"
     )
     lines = [head, _rule(head)]
     for p in curve["points"]:
@@ -111,7 +124,8 @@ def render(curve: dict[str, Any]) -> str:
             f"{p['sends_per_s']:,.0f} | {p['raw_tx_per_s']:,.0f} | "
             f"{_num(p['ratio'], '{:.2f} ×')} | {_num(p['p50_ms'], '{:.1f}')} | "
             f"{_num(p['raw_p50_ms'], '{:.1f}')} | {_num(cpu, '{:.3f}')} | "
-            f"{p['load_avg_1m'][0]:.1f} / {p['load_avg_1m'][1]:.1f} |"
+            f"{p['load_avg_1m'][0]:.1f} / {p['load_avg_1m'][1]:.1f} | "
+            f"{_num(p.get('raw_own_scopes_tx_per_s'), '{:,.0f}')} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -61,6 +61,10 @@ class DbPlan:
     concurrency: tuple[int, ...] = (32,)
     duration_s: float = 5.0
     max_per_worker: int = 100_000
+    # Workers per scope in the concurrent phase: 1 gives each its own scope;
+    # 2 makes pairs share one, as the throughput workload's senders do when it
+    # runs two senders per scope (they then wait on each other's row lock).
+    per_scope: int = 1
 
 
 Execute = Callable[[str, tuple[Any, ...]], Awaitable[Any]]
@@ -165,8 +169,14 @@ class _Measure:
     async def _concurrent(self, c: int) -> dict[str, Any]:
         lat = Latency(f"raw_tx_c{c}")
         conns = [await self.connect() for _ in range(c)]
-        # Each worker's scope is created before the clock starts.
-        prepared = [await self._params(raw, i + 2) for i, (_e, _c, raw) in enumerate(conns)]
+        # Each scope is created before the clock starts; workers i and j share
+        # one when i // per_scope == j // per_scope.
+        per_scope = max(1, self.plan.per_scope)
+        scoped = [
+            await self._params(raw, i + 2)
+            for i, (_e, _c, raw) in enumerate(conns[: -(-c // per_scope)])
+        ]
+        prepared = [scoped[i // per_scope] for i in range(c)]
         counts = [0] * c
         start = time.monotonic()
         deadline = start + self.plan.duration_s
@@ -190,7 +200,7 @@ class _Measure:
         try:
             await self.gather([worker(i) for i in range(c)])
             if self.node is not None:
-                for (execute, _c, _r), (_sql, params) in zip(conns, prepared, strict=True):
+                for (execute, _c, _r), (_sql, params) in zip(conns, scoped, strict=False):
                     await _settle(execute, params)
         finally:
             for _e, close, _r in conns:
@@ -199,6 +209,7 @@ class _Measure:
         total = sum(counts)
         return {
             "concurrency": c,
+            "workers_per_scope": per_scope,
             "transactions": total,
             "elapsed_s": round(elapsed, 3),
             "tx_per_s": round(total / elapsed, 1) if elapsed else 0.0,
