@@ -150,9 +150,17 @@ def wake_dedupe_key(message_id: str, agent_id: str) -> str:
     return f"wake:{message_id}:{agent_id}"
 
 
+def _workspace_of(session: LiveSession) -> str | None:
+    member = getattr(session, "member", None)
+    return getattr(member, "workspace_id", None)
+
+
 class Hub:
     def __init__(self, on_delivered: Callable[[Sequence[str]], None]) -> None:
         self._sessions: dict[str, set[LiveSession]] = defaultdict(set)
+        # Members with a live session here by workspace (None: not known), so
+        # the relay asks about the members of one workspace, not the node's.
+        self._workspace_members: dict[str | None, set[str]] = defaultdict(set)
         self._on_delivered = on_delivered
         self.events_published = 0
         self._by_credential: dict[int, set[LiveSession]] = {}
@@ -173,6 +181,7 @@ class Hub:
             self._by_credential.setdefault(credential_id, set()).add(session)
             self._credential_of[session] = credential_id
         self._sessions[session.member_id].add(session)
+        self._workspace_members[_workspace_of(session)].add(session.member_id)
         return True
 
     def discard(self, session: LiveSession) -> None:
@@ -181,6 +190,12 @@ class Hub:
             sessions.discard(session)
             if not sessions:
                 del self._sessions[session.member_id]
+                workspace = _workspace_of(session)
+                members = self._workspace_members.get(workspace)
+                if members is not None:
+                    members.discard(session.member_id)
+                    if not members:
+                        del self._workspace_members[workspace]
         credential_id = self._credential_of.pop(session, None)
         if credential_id is not None:
             same = self._by_credential.get(credential_id)
@@ -219,9 +234,13 @@ class Hub:
     def sessions_of(self, member_id: str) -> set[LiveSession]:
         return self._sessions.get(member_id, set())
 
-    def member_ids(self) -> list[str]:
-        """Members with a live session on this node (the relay's candidates)."""
-        return list(self._sessions)
+    def member_ids(self, workspace_id: str | None = None) -> list[str]:
+        """Members with a live session on this node (the relay's candidates);
+        with ``workspace_id``, only that workspace's (and any of unknown one)."""
+        if workspace_id is None:
+            return list(self._sessions)
+        members = self._workspace_members
+        return [*members.get(workspace_id, ()), *members.get(None, ())]
 
     def relay_event(
         self,

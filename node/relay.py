@@ -53,6 +53,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -88,6 +89,7 @@ CATCHUP_MARGIN = timedelta(seconds=10)  # a send's created_at precedes its commi
 GAP_WAIT = 1.0
 RANGE_LIMIT = 1_000  # longer holes are an invalidate, not a push
 CURSORS_KEPT = 100_000
+READERS_KEPT = 10_000  # scopes whose readers among local members are remembered
 ABOVE_KEPT = 10_000
 NOTIFY_ATTEMPTS = 3
 PEER_POLL = 1.0  # seconds between looks at which other nodes listen
@@ -141,9 +143,16 @@ class _Kept:
         self._pool = pool
         self._conn: TrioConnection | None = None
 
+    def start_notify(self, payloads: Sequence[str]) -> bool:
+        """Send these notifications now if the kept connection is idle; the
+        owning task then reads the result (``use(started=True)``)."""
+        conn = self._conn
+        return conn is not None and relay_sql.start_notify_many(conn, CHANNEL, payloads)
+
     @asynccontextmanager
-    async def use(self) -> AsyncIterator[TrioConnection]:
-        if self._conn is not None and not reusable(self._conn):
+    async def use(self, *, started: bool = False) -> AsyncIterator[TrioConnection]:
+        # A started statement leaves the connection busy, not broken.
+        if self._conn is not None and not started and not reusable(self._conn):
             await self.release()
         if self._conn is None:
             self._conn = await self._pool.keep()
@@ -160,6 +169,20 @@ class _Kept:
                 await self._pool.give_back(conn)
 
 
+class _Readers:
+    """Who among the asked members reads a scope, for one roster of it."""
+
+    __slots__ = ("asked", "readers", "roster")
+
+    def __init__(self, roster: str) -> None:
+        self.roster = roster
+        self.asked: set[str] = set()
+        self.readers: set[str] = set()
+
+    def covers(self, candidates: Collection[str]) -> bool:
+        return self.asked.issuperset(candidates)
+
+
 class ClusterRelay:
     """NOTIFY after commit, LISTEN and relay to local sessions (see module doc)."""
 
@@ -172,8 +195,15 @@ class ClusterRelay:
         self._own_prefix = '{"n":' + json.dumps(self.origin) + ","
         self._outgoing: list[str] = []
         self._outgoing_ready = trio.Event()
+        # Sent by _notify itself, result not yet read; _publishing while the
+        # publish task (or such a statement) has the publisher connection.
+        self._started: list[str] = []
+        self._publishing = False
         self._jobs_in, self._jobs = trio.open_memory_channel[tuple[Any, ...]](math.inf)
         self._cursors: OrderedDict[str, _Cursor] = OrderedDict()
+        self._readers: OrderedDict[str, _Readers] = OrderedDict()
+        # A scope never changes workspace: learnt from its first relayed read.
+        self._workspace_of: dict[str, str] = {}
         self._held: dict[str, int] = {}
         self._fetching: set[str] = set()
         # The process loop's and the publish loop's own connections, kept
@@ -192,6 +222,7 @@ class ClusterRelay:
         self._joined = trio.Event()
         self.events_relayed = 0
         self.catchups = 0
+        self.lean_reads = 0  # relayed ranges answered without the full statement
 
     # ------------------------------------------------------------ publishing (hub)
 
@@ -279,6 +310,12 @@ class ClusterRelay:
         if self._nursery is None or self.alone:
             return  # nobody to tell
         self._outgoing.append(json.dumps({"n": self.origin, **data}, separators=(",", ":")))
+        # Sent from here when the publisher is idle: the NOTIFY then leaves
+        # before the rest of the caller's turn (local pushes, other writers)
+        # instead of when the publish task is next scheduled.
+        if not self._publishing and self._publisher.start_notify(self._outgoing):
+            self._started, self._outgoing = self._outgoing, []
+            self._publishing = True
         self._outgoing_ready.set()
 
     # ------------------------------------------------------------ tasks
@@ -304,17 +341,34 @@ class ClusterRelay:
         while True:
             await self._outgoing_ready.wait()
             self._outgoing_ready = trio.Event()
-            payloads, self._outgoing = self._outgoing, []
-            for attempt in range(NOTIFY_ATTEMPTS):
-                try:
-                    async with self._publisher.use() as conn:
+            # Set from here on, so _notify never sends ahead of what this
+            # turn took (notifications leave in the order they were made).
+            self._publishing = True
+            try:
+                if self._started:
+                    started, self._started = self._started, []
+                    await self._publish(started, started=True)
+                if self._outgoing:
+                    payloads, self._outgoing = self._outgoing, []
+                    await self._publish(payloads, started=False)
+            finally:
+                self._publishing = False
+
+    async def _publish(self, payloads: list[str], *, started: bool) -> None:
+        for attempt in range(NOTIFY_ATTEMPTS):
+            try:
+                async with self._publisher.use(started=started) as conn:
+                    if started:
+                        await relay_sql.finish_notify(conn)
+                    else:
                         await relay_sql.notify_many(conn, CHANNEL, payloads)
-                    break
-                except (psycopg.Error, StorageError, OSError) as exc:
-                    # Receivers still catch up: the next notification of the
-                    # scope shows them the hole, which they read after GAP_WAIT.
-                    log.warning("relay_notify_failed", attempt=attempt, error=repr(exc))
-                    await trio.sleep(0.2 * (attempt + 1))
+                return
+            except (psycopg.Error, StorageError, OSError) as exc:
+                # Receivers still catch up: the next notification of the
+                # scope shows them the hole, which they read after GAP_WAIT.
+                log.warning("relay_notify_failed", attempt=attempt, error=repr(exc))
+                started = False
+                await trio.sleep(0.2 * (attempt + 1))
 
     async def _listen(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -539,7 +593,7 @@ class ClusterRelay:
             self._jobs_in.send_nowait(("flush", scope_id))
 
     async def _push_range(self, scope_id: str, cursor: _Cursor, seqs: list[int]) -> None:
-        candidates = self._hub.member_ids()
+        candidates = self._hub.member_ids(self._workspace_of.get(scope_id))
         if seqs[-1] - seqs[0] >= RANGE_LIMIT:
             cursor.add(range(seqs[0], seqs[-1] + 1))
             if candidates:
@@ -549,7 +603,7 @@ class ClusterRelay:
             cursor.add(seqs)
             return
         async with self._reading() as conn:
-            rows = await relay_sql.readers_in_range(conn, scope_id, seqs[0], seqs[-1], candidates)
+            rows = await self._read(conn, scope_id, seqs[0], seqs[-1], candidates)
         wanted = set(seqs)
         batches: dict[LiveSession, list[tuple[int, bytes]]] = {}
         for row in rows:
@@ -576,6 +630,49 @@ class ClusterRelay:
             self.events_relayed += len(events)
         self._hub.events_published += sum(len(e) for e in batches.values())
         await self._wake_daemons(scope_id, [row for row in rows if row.message.seq in wanted])
+
+    async def _read(
+        self, conn: TrioConnection, scope_id: str, first: int, last: int, candidates: list[str]
+    ) -> list[relay_sql.RelayedMessage]:
+        """The messages with their readers among ``candidates``.
+
+        Humans and public agents read all of a scope or none of it, by the
+        roster alone, so what the full statement decided for them holds for
+        as long as the roster it was read under: the lean read then answers,
+        and checks that roster in the same statement. A private agent among
+        the candidates (its right depends on each message), a roster change
+        or a candidate not yet decided takes the full statement again.
+        """
+        known = self._readers.get(scope_id)
+        if known is not None and known.covers(candidates) and not self._any_private(candidates):
+            rows = await relay_sql.messages_in_range(conn, scope_id, first, last)
+            if all(row.roster == known.roster for row in rows):
+                self.lean_reads += 1
+                self._readers.move_to_end(scope_id)
+                readers = tuple(c for c in candidates if c in known.readers)
+                return [replace(row, readers=readers) for row in rows]
+        rows = await relay_sql.readers_in_range(conn, scope_id, first, last, candidates)
+        if rows:
+            if len(self._workspace_of) >= CURSORS_KEPT and scope_id not in self._workspace_of:
+                del self._workspace_of[next(iter(self._workspace_of))]
+            self._workspace_of[scope_id] = rows[0].message.author.workspace_id
+            self._remember(scope_id, rows[0], candidates)
+        return rows
+
+    def _any_private(self, candidates: list[str]) -> bool:
+        return any(_is_private_agent(self._hub.sessions_of(c)) for c in candidates)
+
+    def _remember(
+        self, scope_id: str, row: relay_sql.RelayedMessage, candidates: list[str]
+    ) -> None:
+        public = [c for c in candidates if not _is_private_agent(self._hub.sessions_of(c))]
+        known = self._readers.get(scope_id)
+        if known is None or known.roster != row.roster:
+            known = self._readers[scope_id] = _Readers(row.roster)
+            if len(self._readers) > READERS_KEPT:
+                self._readers.popitem(last=False)
+        known.asked.update(public)
+        known.readers.update(c for c in public if c in row.readers)
 
     async def _wake_daemons(self, scope_id: str, rows: Sequence[Any]) -> None:
         """``deliver`` to this node's daemons the wakes another node wrote for

@@ -39,7 +39,7 @@ import select
 import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -390,6 +390,38 @@ class TrioConnection(psycopg.AsyncConnection[Any]):
                 loader.set_pgresult(res)
                 return loader.load_rows(0, res.ntuples, tuple)
         raise AssertionError("unreachable")
+
+    def start_prepared(self, stmt: Prepared, params: Sequence[bytes | None]) -> bool:
+        """Send ``stmt`` now, from synchronous code, without reading its result.
+
+        For a connection one task owns (the relay's publisher): the statement
+        leaves at once instead of when that task is next scheduled. It is sent
+        only when the connection is idle, in autocommit and has ``stmt``
+        prepared; otherwise nothing is sent and the answer is False. After
+        True, nothing else may use the connection before :meth:`finish_started`.
+        """
+        if (
+            self.closed
+            or self.lock.locked()
+            or not self._autocommit
+            or stmt.name not in self._prepared_here
+            or self.pgconn.transaction_status != _IDLE
+        ):
+            return False
+        try:
+            self.pgconn.send_query_prepared(stmt.name, params)
+        except e.Error:
+            return False
+        with suppress(e.Error):
+            # Non-blocking: whatever does not fit now goes in finish_started,
+            # which also reports a broken connection.
+            self.pgconn.flush()
+        return True
+
+    async def finish_started(self) -> None:
+        """Read to the end the result of the statement :meth:`start_prepared` sent."""
+        async with self.lock:
+            self._check(await self.wait(execute_gen(self.pgconn)), _TUPLES_OK)
 
     def _check(self, results: list[PGresult], expected: pq.ExecStatus) -> None:
         for res in results:

@@ -60,7 +60,7 @@ def test_cluster_bench_measures_every_phase_at_each_size(report: dict[str, Any])
     by_nodes = report["results"]["by_nodes"]
     one, two = by_nodes["1"], by_nodes["2"]
     for size in (one, two):
-        assert size["raw_notify"]["count"] == 10
+        assert size["raw_notify"]["count"] == size["raw_notify_paced"]["count"] == 10
         delivery = size["delivery"]
         assert delivery["complete"], delivery
         assert delivery["sends"] == delivery["same_node"]["count"] == SENDS
@@ -73,6 +73,7 @@ def test_cluster_bench_measures_every_phase_at_each_size(report: dict[str, Any])
     assert one["target"] is None
     assert two["delivery"]["cross_node"]["count"] == SENDS
     assert two["delivery"]["relay_read"]["count"] == SENDS
+    assert two["delivery"]["relay_read_lean"]["count"] == SENDS
     assert isinstance(two["target"]["met"], bool)
     assert report["ratios"] == {"2": two["target"]}
 

@@ -27,6 +27,7 @@ async def test_concurrent_workers_share_scopes_as_asked(
         pending = conn.execute(
             "SELECT count(*) FROM scope_fanout_outbox WHERE status = 'pending'"
         ).fetchone()
-    assert row is not None and row[0] == scopes
+    assert row is not None
+    assert row[0] == scopes
     # Every worker's outbox rows were settled, shared scopes included.
     assert pending == (0,)

@@ -173,6 +173,61 @@ async def test_message_membership_read_state_reaction_and_edit_events_cross_node
         assert relay_b.events_relayed > 0
 
 
+async def test_relayed_readers_follow_every_roster_change_on_the_lean_read(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Node B answers repeat relays of a scope with the lean read (humans read
+    by the roster alone); a join, a removal and a new session on B each
+    change who gets the next message there, exactly as the full predicate says."""
+    async with nodes(database_url, tmp_path, 2) as (a, b):
+        world = await World.create(a)
+        ann = await world.member("ann")
+        bob = await world.member("bob")
+        carl = await world.member("carl")
+        dora = await world.member("dora")
+        async with (
+            connect_to(a, world, ann) as ann_a,
+            connect_to(b, world, bob) as bob_b,
+            connect_to(b, world, carl) as carl_b,
+        ):
+            scope = await make_channel(ann_a, "lean", bob_b)
+            relay_b = b.services.hub.relay
+            assert isinstance(relay_b, relay.ClusterRelay)
+            for i in range(4):  # one at a time: each is a relay read of its own
+                sent = await ann_a.send("#lean", f"one {i}")
+                got = await messages_until(bob_b, scope, sent["acceptedSeq"])
+                assert seqs(got)[-1] == sent["acceptedSeq"]
+            assert relay_b.lean_reads >= 2
+            await nothing_more(carl_b, scope)
+
+            # carl joins on node A: his session on B gets what follows.
+            await ann_a.request("invite", scopeId=scope, memberId=carl.id)
+            joined = await ann_a.send("#lean", "carl is in")
+            got = await messages_until(carl_b, scope, joined["acceptedSeq"])
+            assert seqs(got)[-1] == joined["acceptedSeq"]
+            got = await messages_until(bob_b, scope, joined["acceptedSeq"])
+            assert seqs(got)[-1] == joined["acceptedSeq"]
+
+            # bob is removed on node A: nothing more reaches him on B, while
+            # carl, on the same node, keeps getting every message.
+            await ann_a.remove(scope, bob.id)
+            before = relay_b.lean_reads
+            for i in range(3):
+                sent = await ann_a.send("#lean", f"two {i}")
+                got = await messages_until(carl_b, scope, sent["acceptedSeq"])
+                assert seqs(got)[-1] == sent["acceptedSeq"]
+            await nothing_more(bob_b, scope)
+            assert relay_b.lean_reads > before
+
+            # A member whose first session on B opens now is decided afresh.
+            await ann_a.request("invite", scopeId=scope, memberId=dora.id)
+            async with connect_to(b, world, dora) as dora_b:
+                sent = await ann_a.send("#lean", "hello dora")
+                got = await messages_until(dora_b, scope, sent["acceptedSeq"])
+                assert seqs(got)[-1] == sent["acceptedSeq"]
+            await nothing_more(bob_b, scope)
+
+
 async def test_a_node_alone_publishes_nothing_and_a_joining_node_is_published_to_first(
     database_url: str, tmp_path: Path
 ) -> None:
