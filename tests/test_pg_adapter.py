@@ -244,3 +244,29 @@ def test_translate_maps_psycopg_errors(
     translated = translate(error)
     assert type(translated) is expected
     assert (translated.code, translated.retryable) == (code, retryable)
+
+
+async def test_a_started_statement_runs_before_its_result_is_read(conn: TrioConnection) -> None:
+    """start_prepared sends from synchronous code; finish_started reads the
+    result, and the connection is usable again after it."""
+    from storage.pg import Prepared
+
+    stmt = Prepared(b"t_started_v1", b"SELECT pg_notify($1, $2)", (0, 0))
+    listener = await connect(conn.info.dsn, autocommit=True)
+    try:
+        await listener.execute("LISTEN t_started")
+        # Not yet prepared on this connection: nothing is sent.
+        assert not conn.start_prepared(stmt, (b"t_started", b"early"))
+        await conn.run_prepared(stmt, (b"t_started", b"prepared"))
+        assert conn.start_prepared(stmt, (b"t_started", b"early"))
+        # Busy until its result is read: a second start is refused.
+        assert not conn.start_prepared(stmt, (b"t_started", b"twice"))
+        await conn.finish_started()
+        payloads = []
+        async with aclosing(listener.notifies(timeout=2.0, stop_after=2)) as notifies:
+            async for notify in notifies:
+                payloads.append(notify.payload)
+        assert payloads == ["prepared", "early"]
+        assert await conn.run_prepared(stmt, (b"t_started", b"after")) == [("",)]
+    finally:
+        await listener.close()
