@@ -302,6 +302,13 @@ class Hub:
 
         A batch (group commit) goes to a session as one write.
         """
+        # Other nodes are told first: their NOTIFY leaves before this node
+        # encodes anything. With another node writing the scope too, the
+        # relay may have its earlier seqs still to push here: then it pushes
+        # these after them.
+        push_here = self.relay is None or self.relay.messages_committed(
+            scope_id, [commit.seq for _, commit in sends]
+        )
         delivered: list[str] = []
         batches: dict[LiveSession, list[tuple[int, bytes]]] = {}
         wakes: list[tuple[LiveSession, str, bytes]] = []
@@ -334,11 +341,7 @@ class Hub:
                     for session in self._sessions.get(agent_id, ())
                     if session.is_daemon and not session.is_muted(scope_id)
                 )
-        # With another node writing the scope too, the relay may have its
-        # earlier seqs still to push here: then it pushes these after them.
-        if self.relay is None or self.relay.messages_committed(
-            scope_id, [commit.seq for _, commit in sends]
-        ):
+        if push_here:
             for session, events in batches.items():
                 session.deliver_events(scope_id, events)
                 self.events_published += len(events)
