@@ -262,10 +262,8 @@ async def test_a_started_statement_runs_before_its_result_is_read(conn: TrioConn
         # Busy until its result is read: a second start is refused.
         assert not conn.start_prepared(stmt, (b"t_started", b"twice"))
         await conn.finish_started()
-        payloads = []
         async with aclosing(listener.notifies(timeout=2.0, stop_after=2)) as notifies:
-            async for notify in notifies:
-                payloads.append(notify.payload)
+            payloads = [notify.payload async for notify in notifies]
         assert payloads == ["prepared", "early"]
         assert await conn.run_prepared(stmt, (b"t_started", b"after")) == [("",)]
     finally:
