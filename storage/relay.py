@@ -98,10 +98,8 @@ _ROSTER = """(SELECT r.roster_generation::text || ':'
 # right does not depend on the message (see readers_in_range).
 MESSAGES_IN_RANGE = f"""
 SELECT {{columns}}, NULL::text[], {_SOURCES}, {_ROSTER}
-FROM scope_messages m
+FROM ({{msgs}}) m
 JOIN members mem ON mem.id = m.author_member_id
-WHERE m.scope_id = (SELECT %(scope_id)s::text)
-  AND m.seq >= (SELECT %(from_seq)s::int8) AND m.seq <= (SELECT %(to_seq)s::int8)
 ORDER BY m.seq
 """
 _MSGS_IN_RANGE = (
@@ -115,7 +113,7 @@ _MSG_BY_ID = (
 _PARTS = {"columns": _COLUMNS, "predicate": _PER_CANDIDATE, "sources": _SOURCES, "roster": _ROSTER}
 READERS_IN_RANGE = _READERS.format(msgs=_MSGS_IN_RANGE, **_PARTS)
 READERS_OF_MESSAGE = _READERS.format(msgs=_MSG_BY_ID, **_PARTS)
-MESSAGES_IN_RANGE = MESSAGES_IN_RANGE.format(columns=_COLUMNS)
+MESSAGES_IN_RANGE = MESSAGES_IN_RANGE.format(columns=_COLUMNS, msgs=_MSGS_IN_RANGE)
 # Roster audience on another node: the scope's current members, and for a
 # thread the parent's current public members (they read it without joining).
 CURRENT_READERS = """
@@ -276,7 +274,7 @@ DATABASE_NOW = "SELECT now()"
 async def notify_many(conn: TrioConnection, channel: str, payloads: Sequence[str]) -> None:
     """One round trip for every queued notification (delivered at commit, in order)."""
     with map_errors():
-        params = (channel.encode(), json.dumps(payloads).encode())
+        params = _notify_params(channel, payloads)
         if conn.autocommit:
             await conn.run_prepared(NOTIFY_MANY, params)
         else:
@@ -284,11 +282,14 @@ async def notify_many(conn: TrioConnection, channel: str, payloads: Sequence[str
                 await conn.run_prepared(NOTIFY_MANY, params)
 
 
+def _notify_params(channel: str, payloads: Sequence[str]) -> tuple[bytes, bytes]:
+    return channel.encode(), json.dumps(payloads).encode()
+
+
 def start_notify_many(conn: TrioConnection, channel: str, payloads: Sequence[str]) -> bool:
     """Send ``notify_many``'s statement now, from synchronous code, when ``conn``
     is idle (True); :func:`finish_notify` then reads its result."""
-    params = (channel.encode(), json.dumps(payloads).encode())
-    return conn.start_prepared(NOTIFY_MANY, params)
+    return conn.start_prepared(NOTIFY_MANY, _notify_params(channel, payloads))
 
 
 async def finish_notify(conn: TrioConnection) -> None:
