@@ -4,7 +4,8 @@ One node, one database server. For every point (``n`` senders) and series
 (one sender per scope: ``n`` scopes; two per scope: ``n/2`` scopes) the raw
 send statement runs at concurrency ``n`` over as many scopes
 (:mod:`bench.dbbaseline`, the node idle), then the throughput workload with ``n`` senders, back to back, so
-each ratio compares figures taken seconds apart under the same noise. Node
+each ratio compares figures taken seconds apart under the same noise; each
+of the two phases starts right after a ``CHECKPOINT``. Node
 CPU per send comes from ``/proc/<pid>/stat`` over the measured window; the
 load average is recorded with every point (the machine may be shared).
 Every phase is bounded: ``duration`` seconds and ``max_sends`` sends per
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.dbbaseline import DbPlan, measure_db
+from bench.dbbaseline import DbPlan, checkpoint, measure_db
 from bench.workloads import throughput
 from bench.workloads.common import Env, ratio
 
@@ -58,6 +59,7 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
             # The raw statement at this concurrency, measured again for each
             # series: the database grows during the run, and so does its cost.
             env.progress.phase(f"raw x{senders}", 1)
+            await checkpoint(dsn)
             # Its workers share scopes as the senders do: two senders per scope
             # are compared with two raw workers per scope.
             raw = await measure_db(
@@ -74,6 +76,7 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
             own = level if per_scope == 1 else raw_levels.get(senders)
             if per_scope == 1:
                 raw_levels[senders] = level
+            await checkpoint(dsn)
             result = await throughput.run(
                 env,
                 senders=senders,
@@ -103,6 +106,9 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
                         round(1000 * node_cpu / sends, 3) if node_cpu and sends else None
                     ),
                     "generator_cpu_s": result.cpu.generator_cpu_s,
+                    # The node's send statements and pipelined batches in the run.
+                    "statements": res.get("statements"),
+                    "pipelined": res.get("pipelined"),
                     "errors": res["errors"],
                     "load_avg_1m": [load_before, _load()],
                     "at": time.strftime("%H:%M:%S"),
@@ -114,16 +120,20 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
 def render(curve: dict[str, Any]) -> str:
     head = (
         "| senders/scope | senders | scopes | sends/s | raw tx/s | ratio | p50 ms | raw p50 ms"
-        " | node CPU ms/send | load avg (1 min, before/after) | raw tx/s, a scope per worker |"
+        " | node CPU ms/send | sends/statement | pipelined batches"
+        " | load avg (1 min, before/after) | raw tx/s, a scope per worker |"
     )
     lines = [head, _rule(head)]
     for p in curve["points"]:
         cpu = p["node_cpu_ms_per_send"]
+        statements = p.get("statements")
+        per_statement = p["sends"] / statements if statements else None
         lines.append(
             f"| {p['senders_per_scope']} | {p['senders']} | {p['scopes']} | "
             f"{p['sends_per_s']:,.0f} | {p['raw_tx_per_s']:,.0f} | "
             f"{_num(p['ratio'], '{:.2f} ×')} | {_num(p['p50_ms'], '{:.1f}')} | "
             f"{_num(p['raw_p50_ms'], '{:.1f}')} | {_num(cpu, '{:.3f}')} | "
+            f"{_num(per_statement, '{:.2f}')} | {_num(p.get('pipelined'), '{:,}')} | "
             f"{p['load_avg_1m'][0]:.1f} / {p['load_avg_1m'][1]:.1f} | "
             f"{_num(p.get('raw_own_scopes_tx_per_s'), '{:,.0f}')} |"
         )

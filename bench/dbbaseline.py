@@ -239,6 +239,25 @@ def scratch_dsn(dsn: str) -> str:
     return make_conninfo("", **params)
 
 
+def _checkpoint(dsn: str) -> None:
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        # A role without the right to checkpoint measures without it.
+        contextlib.suppress(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute("CHECKPOINT")
+
+
+async def checkpoint(dsn: str) -> None:
+    """Flush the database server's dirty pages now (needs a superuser).
+
+    Both phases of a comparison then start right after a checkpoint, paying
+    the same full-page writes, instead of whichever one a timed or WAL-size
+    checkpoint happens to land in.
+    """
+    await trio.to_thread.run_sync(_checkpoint, dsn)
+
+
 async def measure_db(dsn: str, plan: DbPlan) -> dict[str, Any]:
     """Run baseline (a) against ``dsn``; returns sequential and concurrent figures."""
     if _node_statement() is None:

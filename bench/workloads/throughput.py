@@ -15,6 +15,7 @@ import trio
 
 from bench.client import RequestError, Session
 from bench.stats import Latency
+from bench.workloads.cluster import node_gauges
 from bench.workloads.common import Env, WorkloadResult, create_channel, open_sessions
 
 CONTENT_PAD = "x" * 120
@@ -51,6 +52,7 @@ async def run(
                 await sess[0].request("leave", scopeId=scope_id)
         per_sender = max(1, max_sends // senders)
         env.progress.phase("throughput", per_sender * senders)
+        gauges_before = await _committer_gauges(env)
         cpu.start()
         t0 = time.monotonic()
         deadline = t0 + duration_s
@@ -86,6 +88,7 @@ async def run(
             elapsed = time.monotonic() - t0
             outer.cancel_scope.cancel()
         cpu.stop()
+        gauges_after = await _committer_gauges(env)
     env.progress.close()
     total = sum(counts)
     results = {
@@ -97,8 +100,21 @@ async def run(
         "states": dict(states),
         "errors": dict(errors),
         "latency": lat.summary(),
+        # The node's group committer over the run: statements, and the batches
+        # actors queued behind their own running commit (several senders per scope).
+        **{
+            key: gauges_after[key] - gauges_before[key]
+            for key in gauges_after
+            if key in gauges_before
+        },
     }
     return WorkloadResult(results, cpu, [lat])
+
+
+async def _committer_gauges(env: Env) -> dict[str, int]:
+    gauges = await node_gauges(env.host_port[1])
+    names = {"group_commit_statements": "statements", "group_commit_pipelined": "pipelined"}
+    return {short: int(gauges[name]) for name, short in names.items() if name in gauges}
 
 
 async def _show(env: Env, counts: list[int]) -> None:
