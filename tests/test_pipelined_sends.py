@@ -76,7 +76,8 @@ class FenceMovesUnderFirstBatch(PgScopeStore):
         notify: Callable[[], None],
     ) -> PendingCommit:
         if self.held is None:
-            self.held = PendingCommit(plans, notify=notify)
+            # As if a lane had taken it: the next batch cannot join it.
+            self.held = PendingCommit(list(plans), notify=notify, taken=True)
             return self.held
         pending = super().submit_sends(plans, after=after, notify=notify)
         if not self.held.finished:
