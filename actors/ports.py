@@ -159,15 +159,6 @@ class PendingSends(Protocol):
     @property
     def finished(self) -> bool: ...
 
-    @property
-    def extendable(self) -> bool:
-        """Still queued: ``extend`` would succeed."""
-        ...
-
-    def extend(self, plans: Sequence[MessagePlan]) -> bool:
-        """Append the next plans of the same chain; False once it is running."""
-        ...
-
     def outcome(self) -> list[CommittedSend]:
         """The committed sends; raises FenceLost, IdempotencyRace or the failure."""
         ...

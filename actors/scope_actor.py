@@ -27,7 +27,7 @@ import trio
 from actors.clock import DbClock
 from actors.mentions import live_handles
 from actors.model import Member, NotificationState, ScopeSnapshot
-from actors.planner import MessagePlan, MutationPlan, plan_delete, plan_edit
+from actors.planner import MutationPlan, plan_delete, plan_edit
 from actors.policy import (
     Decision,
     can_delete,
@@ -76,8 +76,6 @@ COMMIT_ATTEMPTS = 3
 # Send batches of one scope committing at once while its senders wait on each
 # other: the one the statement runs and the one queued behind it.
 PIPELINE_DEPTH = 2
-# Sends one queued batch may gather while the statement before it runs.
-MAX_FLIGHT = 256
 
 RosterReply = Callable[[dict[str, object] | OperationError], None]
 ReactReply = Callable[[dict[str, object] | OperationError], None]
@@ -210,7 +208,7 @@ Outcome = SendResult | OperationError | Append
 
 @dataclass(eq=False, slots=True)
 class _Flight:
-    """Decided sends, answered once their commit (if any) is."""
+    """A decided batch of sends, answered once its commit (if any) is."""
 
     state: ScopeState
     cmds: list[SendCommand]
@@ -223,19 +221,6 @@ class _Flight:
     @property
     def finished(self) -> bool:
         return self.pending is None or self.pending.finished
-
-    @property
-    def open(self) -> bool:
-        """Still waiting in the committer's queue: later sends can join it."""
-        return (
-            self.pending is not None
-            and self.pending.extendable
-            and not self.moves_roster
-            and len(self.cmds) < MAX_FLIGHT
-        )
-
-    def join(self, plans: list[MessagePlan]) -> bool:
-        return self.open and self.pending is not None and self.pending.extend(plans)
 
 
 def _unavailable(message: str) -> OperationError:
@@ -534,7 +519,7 @@ class ScopeActor:
         while True:
             if batch is not None:
                 try:
-                    await self._admit(batch, flights)
+                    flights.append(await self._launch(batch, flights))
                 except Exception as exc:
                     if isinstance(exc, trio.Cancelled):
                         raise
@@ -545,7 +530,7 @@ class ScopeActor:
                     return await self._unwind(flights, [], None)
                 flights.popleft()
             self._processing = sum(len(f.cmds) for f in flights)
-            if self._has_room(flights):
+            if len(flights) < PIPELINE_DEPTH and not any(f.moves_roster for f in flights):
                 batch = self._more_sends()
                 if batch is not None:
                     continue
@@ -556,27 +541,17 @@ class ScopeActor:
             if not flights[0].finished and not self._admissible(flights):
                 await self._wake.wait()
 
-    async def _admit(self, cmds: list[SendCommand], flights: deque[_Flight]) -> None:
-        """Decide ``cmds`` behind the flights; join the last one while it is queued.
-
-        Joining keeps batches as large as without the pipeline (everything that
-        arrives while a statement runs goes into the next one) without the
-        scope waiting for its turn-around in between.
-        """
+    async def _launch(self, cmds: list[SendCommand], flights: deque[_Flight]) -> _Flight:
         state, outcomes = await self._decide(cmds, reloaded=False)
         plans = [o.plan for o in outcomes if isinstance(o, Append)]
-        moves = any(p.memberships or p.roster_bump for p in plans)
-        last = flights[-1] if flights else None
-        if last is not None and (not plans or last.join(plans)):
-            last.cmds.extend(cmds)
-            last.outcomes.extend(outcomes)
-            last.moves_roster = last.moves_roster or moves
-            return
         pending = None
         if plans:
             after = next((f.pending for f in reversed(flights) if f.pending is not None), None)
             pending = self._store.submit_sends(plans, after=after, notify=self._poke)
-        flights.append(_Flight(state, cmds, outcomes, pending, moves))
+        moves = any(
+            o.plan.memberships or o.plan.roster_bump for o in outcomes if isinstance(o, Append)
+        )
+        return _Flight(state, cmds, outcomes, pending, moves)
 
     def _poke(self) -> None:
         self._wake.set()
@@ -610,16 +585,10 @@ class ScopeActor:
             break
         return sends or None
 
-    @staticmethod
-    def _has_room(flights: deque[_Flight]) -> bool:
-        if any(f.moves_roster for f in flights):
-            return False
-        return len(flights) < PIPELINE_DEPTH or flights[-1].open
-
     def _admissible(self, flights: deque[_Flight]) -> bool:
-        """Whether a command waiting in the mailbox could be taken now."""
         return (
-            self._has_room(flights)
+            len(flights) < PIPELINE_DEPTH
+            and not any(f.moves_roster for f in flights)
             and not self._carried
             and self._receive.statistics().current_buffer_used > 0
         )

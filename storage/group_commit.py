@@ -39,15 +39,13 @@ log = structlog.get_logger(__name__)
 
 @dataclass(eq=False, slots=True)
 class _Job:
-    plans: list[MessagePlan]
+    plans: Sequence[MessagePlan]
     done: trio.Event = field(default_factory=trio.Event)
     result: list[CommittedSend] | None = None
     error: BaseException | None = None
     # The same actor's batch this one was decided after (``submit``).
     after: _Job | None = None
     notify: Callable[[], None] | None = None
-    # A lane took it: its plans are fixed.
-    taken: bool = False
 
     @property
     def scope_id(self) -> str:
@@ -56,16 +54,6 @@ class _Job:
     @property
     def finished(self) -> bool:
         return self.done.is_set()
-
-    @property
-    def extendable(self) -> bool:
-        return not self.taken and not self.done.is_set()
-
-    def extend(self, plans: Sequence[MessagePlan]) -> bool:
-        if not self.extendable:
-            return False
-        self.plans.extend(plans)
-        return True
 
     def outcome(self) -> list[CommittedSend]:
         """The committed sends; raises what made the batch write nothing."""
@@ -137,7 +125,7 @@ class GroupCommitter:
 
     async def apply(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
         """Commit one actor's batch atomically (alone, or in a group statement)."""
-        job = _Job(list(plans), taken=True)
+        job = _Job(plans)
         if self._running < self._lanes and not self._queue:
             self._running += 1
             try:
@@ -161,7 +149,7 @@ class GroupCommitter:
         ``after`` is the same actor's previous batch, still committing or
         queued: this one runs after it, and only if it committed.
         """
-        job = _Job(list(plans), after=after, notify=notify)
+        job = _Job(plans, after=after, notify=notify)
         self.submitted += 1
         self._queue.append(job)
         if self._running < self._lanes:
@@ -228,7 +216,6 @@ class GroupCommitter:
                 # Its predecessor is committing on another lane.
                 waiting.append(job)
                 continue
-            job.taken = True
             jobs.append(job)
             taken.add(id(job))
             count += len(job.plans)

@@ -190,27 +190,6 @@ async def test_a_batch_queued_behind_its_predecessor_rides_in_its_chain(
     assert committer.submitted == 2
 
 
-async def test_a_queued_batch_gathers_later_plans_until_a_lane_takes_it(
-    database_url: str,
-) -> None:
-    author, (scope_id,) = await channels(database_url, 1)
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        committer = GroupCommitter(pool, lanes=1)
-        nursery.start_soon(committer.run)
-        state = ScopeState(await PgScopeStore(pool).load_scope(scope_id))
-        plans = [planned(state, author, f"p{n}") for n in range(4)]
-        job = committer.submit(plans[:1])
-        assert job.extend(plans[1:3])  # still queued: no lane ran yet
-        await answered(job)
-        assert not job.extend(plans[3:])
-        nursery.cancel_scope.cancel()
-    assert [c.seq for c in job.outcome()] == [1, 2, 3]
-    assert committer.transactions == 1
-
-
 async def test_a_batch_behind_a_failed_one_is_not_run(database_url: str) -> None:
     author, (scope_id,) = await channels(database_url, 1)
     async with (

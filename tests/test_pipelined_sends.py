@@ -76,8 +76,7 @@ class FenceMovesUnderFirstBatch(PgScopeStore):
         notify: Callable[[], None],
     ) -> PendingCommit:
         if self.held is None:
-            # As if a lane had taken it: the next batch cannot join it.
-            self.held = PendingCommit(list(plans), notify=notify, taken=True)
+            self.held = PendingCommit(plans, notify=notify)
             return self.held
         pending = super().submit_sends(plans, after=after, notify=notify)
         if not self.held.finished:
