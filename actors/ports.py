@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -153,17 +153,6 @@ class MutationConflict:
     deleted: bool
 
 
-class PendingSends(Protocol):
-    """A batch of sends handed to the store and not yet answered."""
-
-    @property
-    def finished(self) -> bool: ...
-
-    def outcome(self) -> list[CommittedSend]:
-        """The committed sends; raises FenceLost, IdempotencyRace or the failure."""
-        ...
-
-
 class ScopeStore(Protocol):
     async def load_scope(self, scope_id: str) -> ScopeSnapshot: ...
 
@@ -174,23 +163,6 @@ class ScopeStore(Protocol):
     ) -> IdempotencyRecord | None: ...
 
     async def apply_sends(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]: ...
-
-    @property
-    def pipelines(self) -> bool:
-        """Whether ``submit_sends`` is available."""
-        ...
-
-    def submit_sends(
-        self,
-        plans: Sequence[MessagePlan],
-        *,
-        after: PendingSends | None,
-        notify: Callable[[], None],
-    ) -> PendingSends:
-        """Queue a commit without waiting, after the batch ``after`` (one this
-        method returned) and only if that one committed; ``notify`` runs when
-        it is answered.
-        """
 
     async def join(
         self,

@@ -46,7 +46,6 @@ from actors.ports import (
     IdempotencyRace,
     MutationConflict,
     MutationTarget,
-    PendingSends,
     Publisher,
     ReactionActivity,
     ReactionOutcome,
@@ -73,9 +72,6 @@ log = structlog.get_logger(__name__)
 
 MAX_BATCH = 64
 COMMIT_ATTEMPTS = 3
-# Send batches of one scope committing at once while its senders wait on each
-# other: the one the statement runs and the one queued behind it.
-PIPELINE_DEPTH = 2
 
 RosterReply = Callable[[dict[str, object] | OperationError], None]
 ReactReply = Callable[[dict[str, object] | OperationError], None]
@@ -203,24 +199,6 @@ class ChunkedSend:
 
 Command = SendCommand | RosterCommand | ChunkedSend | ReactCommand | EditCommand | DeleteCommand
 SendObserver = Callable[[str, bool], None]
-Outcome = SendResult | OperationError | Append
-
-
-@dataclass(eq=False, slots=True)
-class _Flight:
-    """A decided batch of sends, answered once its commit (if any) is."""
-
-    state: ScopeState
-    cmds: list[SendCommand]
-    outcomes: list[Outcome]
-    pending: PendingSends | None  # None: nothing to write (replays, refusals)
-    # It changes the roster (a thread join): nothing is decided behind it
-    # until it is answered, so its roster events see only what committed.
-    moves_roster: bool = False
-
-    @property
-    def finished(self) -> bool:
-        return self.pending is None or self.pending.finished
 
 
 def _unavailable(message: str) -> OperationError:
@@ -263,12 +241,6 @@ class ScopeActor:
         # roster generation it was read from (see _reactor).
         self._reactors: dict[str, _Reactor] = {}
         self._reactors_of: tuple[int, int] = (0, -1)
-        # Pipelined sends (see _pipeline): set when a send commit ended with
-        # more commands waiting; the command that ended a pipeline; the wake-up
-        # of a pipeline waiting for a commit or a command.
-        self._contended = False
-        self._carried: list[Command] = []
-        self._wake = trio.Event()
 
     # ------------------------------------------------------------ outside API
 
@@ -280,7 +252,6 @@ class ScopeActor:
             self._send.send_nowait(cmd)
         except trio.WouldBlock:
             raise OperationError(ErrorCode.OVERLOADED, "scope mailbox is full; retry") from None
-        self._wake.set()
 
     def statistics(self) -> dict[str, int]:
         return {
@@ -306,9 +277,8 @@ class ScopeActor:
 
     async def _serve(self) -> None:
         while True:
-            batch: list[Command] = self._carried
-            self._carried = []
-            if not batch and not self._continuations:
+            batch: list[Command] = []
+            if not self._continuations:
                 first = None
                 with trio.move_on_after(self._idle_timeout):
                     first = await self._receive.receive()
@@ -333,9 +303,6 @@ class ScopeActor:
                 self._processing = 0
 
     def _fail_queued(self) -> None:
-        for cmd in self._carried:
-            cmd.reply(_unavailable("scope actor stopped; retry"))
-        self._carried.clear()
         while self._continuations:
             self._continuations.popleft().reply(_unavailable("scope actor stopped; retry"))
         while True:
@@ -356,18 +323,14 @@ class ScopeActor:
         reacts = [cmd for cmd in batch if isinstance(cmd, ReactCommand)]
         if reacts:
             batch = [cmd for cmd in batch if not isinstance(cmd, ReactCommand)]
-        if not await self._process_ordered(batch, pipeline=not reacts):
+        if not await self._process_ordered(batch):
             for cmd in reacts:
                 cmd.reply(_unavailable("scope actor is reloading; retry"))
             return False
         return not reacts or await self._process_reacts(reacts)
 
-    async def _process_ordered(self, batch: list[Command], *, pipeline: bool) -> bool:
-        """Run sends and roster changes in arrival order.
-
-        ``pipeline``: a send group that ends the batch may go on with the sends
-        queued after it (nothing of this batch is left to wait for it).
-        """
+    async def _process_ordered(self, batch: list[Command]) -> bool:
+        """Run sends and roster changes in arrival order."""
         group: list[SendCommand] = []
         for cmd in batch:
             if isinstance(cmd, SendCommand) and len(cmd.content) > self.row_limit:
@@ -393,8 +356,6 @@ class ScopeActor:
             assert isinstance(cmd, RosterCommand)
             if not await self._process_roster(cmd):
                 return False
-        if group and pipeline and self._contended and self._store.pipelines:
-            return await self._pipeline(group)
         return not group or await self._process_sends(group)
 
     # ------------------------------------------------------------ logical sends
@@ -462,171 +423,26 @@ class ScopeActor:
 
     # ------------------------------------------------------------ sends
 
-    async def _process_sends(
-        self, cmds: list[SendCommand], *, missed: Exception | None = None
-    ) -> bool:
-        """Commit ``cmds``, reloading after a fence miss (``missed``: one already met)."""
-        attempt = 0
-        if missed is not None:
-            if not await self._after_miss(missed, cmds):
-                return False
-            attempt = 1
-        while attempt < COMMIT_ATTEMPTS:
+    async def _process_sends(self, cmds: list[SendCommand]) -> bool:
+        for attempt in range(COMMIT_ATTEMPTS):
             try:
                 return await self._try_sends(cmds, reloaded=attempt > 0)
+            except (FenceLost, IdempotencyRace) as exc:
+                log.info("scope_fence_retry", error=type(exc).__name__)
+                if isinstance(exc, IdempotencyRace) and self.state is not None:
+                    self.state.remember(exc.author_id, exc.client_message_id, exc.record)
+                if not await self._reload():
+                    break
             except Exception as exc:
                 if isinstance(exc, trio.Cancelled):
                     raise
-                if not await self._after_miss(exc, cmds):
-                    return False
-            attempt += 1
+                log.warning("scope_commit_failed", error=repr(exc))
+                for cmd in cmds:
+                    cmd.reply(_unavailable("the message was not stored; retry"))
+                return False
         for cmd in cmds:
             cmd.reply(_unavailable("could not commit after concurrent writers; retry"))
         return False
-
-    async def _after_miss(self, exc: Exception, cmds: list[SendCommand]) -> bool:
-        """Reload after a fence miss (True: try again); answer the rest ``unavailable``."""
-        if isinstance(exc, FenceLost | IdempotencyRace):
-            log.info("scope_fence_retry", error=type(exc).__name__)
-            if isinstance(exc, IdempotencyRace) and self.state is not None:
-                self.state.remember(exc.author_id, exc.client_message_id, exc.record)
-            if await self._reload():
-                return True
-            message = "could not commit after concurrent writers; retry"
-        else:
-            log.warning("scope_commit_failed", error=repr(exc))
-            message = "the message was not stored; retry"
-        for cmd in cmds:
-            cmd.reply(_unavailable(message))
-        return False
-
-    # ------------------------------------------------------------ pipelined sends
-
-    async def _pipeline(self, first: list[SendCommand]) -> bool:
-        """Decide the next sends while the previous ones commit.
-
-        Two senders of one scope otherwise take turns: each commit waits for
-        the other's reply to leave and its next send to be decided, and the
-        scope never has more than one send in a statement. Here the next batch
-        is decided on the state the running one leaves and handed to the
-        committer behind it (which runs it only if that one committed), and
-        batches are answered strictly in order. Only taken when a commit ended
-        with commands waiting, so a lone sender keeps committing in its own
-        task. Anything but a plain send ends the pipeline once it is drained.
-        """
-        flights: deque[_Flight] = deque()
-        batch: list[SendCommand] | None = first
-        while True:
-            if batch is not None:
-                try:
-                    flights.append(await self._launch(batch, flights))
-                except Exception as exc:
-                    if isinstance(exc, trio.Cancelled):
-                        raise
-                    return await self._unwind(flights, batch, exc)
-                batch = None
-            while flights and flights[0].finished:
-                if not self._land(flights[0]):
-                    return await self._unwind(flights, [], None)
-                flights.popleft()
-            self._processing = sum(len(f.cmds) for f in flights)
-            if len(flights) < PIPELINE_DEPTH and not any(f.moves_roster for f in flights):
-                batch = self._more_sends()
-                if batch is not None:
-                    continue
-            if not flights:
-                self._contended = False
-                return True
-            self._wake = trio.Event()
-            if not flights[0].finished and not self._admissible(flights):
-                await self._wake.wait()
-
-    async def _launch(self, cmds: list[SendCommand], flights: deque[_Flight]) -> _Flight:
-        state, outcomes = await self._decide(cmds, reloaded=False)
-        plans = [o.plan for o in outcomes if isinstance(o, Append)]
-        pending = None
-        if plans:
-            after = next((f.pending for f in reversed(flights) if f.pending is not None), None)
-            pending = self._store.submit_sends(plans, after=after, notify=self._poke)
-        moves = any(
-            o.plan.memberships or o.plan.roster_bump for o in outcomes if isinstance(o, Append)
-        )
-        return _Flight(state, cmds, outcomes, pending, moves)
-
-    def _poke(self) -> None:
-        self._wake.set()
-
-    def _land(self, flight: _Flight) -> bool:
-        """Answer a finished flight; False when its commit failed (nothing answered)."""
-        committed: list[CommittedSend] = []
-        if flight.pending is not None:
-            try:
-                committed = flight.pending.outcome()
-            except Exception:
-                return False
-            self.commits += 1
-        self._answer(flight.state, flight.cmds, flight.outcomes, committed)
-        return True
-
-    def _more_sends(self) -> list[SendCommand] | None:
-        """The plain sends waiting in the mailbox; the first other command ends the pipeline."""
-        if self._carried or self._continuations or self.stale:
-            return None
-        sends: list[SendCommand] = []
-        while len(sends) < MAX_BATCH:
-            try:
-                cmd = self._receive.receive_nowait()
-            except trio.WouldBlock:
-                break
-            if isinstance(cmd, SendCommand) and len(cmd.content) <= self.row_limit:
-                sends.append(cmd)
-                continue
-            self._carried.append(cmd)
-            break
-        return sends or None
-
-    def _admissible(self, flights: deque[_Flight]) -> bool:
-        return (
-            len(flights) < PIPELINE_DEPTH
-            and not any(f.moves_roster for f in flights)
-            and not self._carried
-            and self._receive.statistics().current_buffer_used > 0
-        )
-
-    async def _unwind(
-        self, flights: deque[_Flight], undecided: list[SendCommand], error: Exception | None
-    ) -> bool:
-        """Answer the flights that committed, in order; commit the rest again after a reload.
-
-        Every flight behind a failed one fails too (the committer does not run
-        it), so the rest is one ordered list of sends that wrote nothing.
-        """
-        while flights:
-            await self._until_finished(flights[0])
-            pending = flights[0].pending
-            if not self._land(flights[0]):
-                assert pending is not None
-                try:
-                    pending.outcome()
-                except Exception as exc:
-                    error = exc
-                break
-            flights.popleft()
-        for flight in flights:
-            await self._until_finished(flight)
-        rest = [cmd for flight in flights for cmd in flight.cmds] + undecided
-        self._contended = False
-        self._processing = len(rest)
-        if not rest:
-            return True
-        assert error is not None
-        return await self._process_sends(rest, missed=error)
-
-    async def _until_finished(self, flight: _Flight) -> None:
-        while not flight.finished:
-            self._wake = trio.Event()
-            if not flight.finished:
-                await self._wake.wait()
 
     def _adopt(self, snapshot: ScopeSnapshot) -> None:
         self.state = ScopeState(snapshot)
@@ -655,24 +471,12 @@ class ScopeActor:
         return True
 
     async def _try_sends(self, cmds: list[SendCommand], *, reloaded: bool) -> bool:
-        state, outcomes = await self._decide(cmds, reloaded=reloaded)
-        appends = [o for o in outcomes if isinstance(o, Append)]
-        committed = await self._store.apply_sends([a.plan for a in appends]) if appends else []
-        self.commits += 1 if appends else 0
-        # Commands arrived while this committed: the scope has several senders.
-        self._contended = bool(appends) and self._receive.statistics().current_buffer_used > 0
-        self._answer(state, cmds, outcomes, committed)
-        return True
-
-    async def _decide(
-        self, cmds: list[SendCommand], *, reloaded: bool
-    ) -> tuple[ScopeState, list[Outcome]]:
         if self.stale and not reloaded:
             raise FenceLost(self.scope_id)
         state = self.state
         assert state is not None
         now = self.now()
-        outcomes: list[Outcome] = []
+        outcomes: list[SendResult | OperationError | Append] = []
         for cmd in cmds:
             try:
                 decision = state.decide(cmd, now, reloaded=reloaded)
@@ -690,16 +494,9 @@ class ScopeActor:
                 continue
             assert isinstance(decision, Immediate | Append)
             outcomes.append(decision.result if isinstance(decision, Immediate) else decision)
-        return state, outcomes
-
-    def _answer(
-        self,
-        state: ScopeState,
-        cmds: list[SendCommand],
-        outcomes: list[Outcome],
-        committed: list[CommittedSend],
-    ) -> None:
-        """Reply to every command of a committed batch and publish its messages."""
+        appends = [o for o in outcomes if isinstance(o, Append)]
+        committed = await self._store.apply_sends([a.plan for a in appends]) if appends else []
+        self.commits += 1 if appends else 0
         if committed and committed[-1].db_now is not None and self._clock is not None:
             self._clock.anchor(committed[-1].db_now, trio.current_time())
         published = []
@@ -724,6 +521,7 @@ class ScopeActor:
                     self._publisher.publish_thread(activity)
         if published:
             self._after_commit(state, published)
+        return True
 
     def _after_commit(self, state: ScopeState, published: list[tuple[Any, CommittedSend]]) -> None:
         """The plan's Explain at debug level, and roster events for thread memberships."""

@@ -229,11 +229,7 @@ class ScopeState:
         if self.thread is None or self.scope.root_message_id is None or not published:
             return None
         participants: list[str] = []
-        last = published[-1][1]
-        for seq, author_id, _ in reversed(self.recent):
-            # The tail may already hold sends decided after these (pipelined).
-            if seq > last.seq:
-                continue
+        for _, author_id, _ in reversed(self.recent):
             if author_id not in participants:
                 participants.append(author_id)
                 if len(participants) == THREAD_PARTICIPANTS:
@@ -242,6 +238,7 @@ class ScopeState:
         audience = frozenset(
             r for r in readers if (m := self.members.get(r)) is not None and not m.is_private_agent
         )
+        last = published[-1][1]
         return ThreadActivity(
             parent_scope_id=self.thread.parent_scope_id,
             root_message_id=self.scope.root_message_id,

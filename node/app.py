@@ -91,7 +91,6 @@ async def serve_node(
             group = committer
             metrics.gauges["group_commit_statements"] = lambda: float(group.transactions)
             metrics.gauges["group_commit_sends"] = lambda: float(group.plans_committed)
-            metrics.gauges["group_commit_pipelined"] = lambda: float(group.submitted)
         registry = ActorRegistry(
             nursery,
             PgScopeStore(pool, committer),

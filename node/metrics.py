@@ -21,9 +21,6 @@ GAUGE_HELP = {
     "actors": "Scope actors in memory on this node.",
     "group_commit_statements": "Group-commit statements executed since start (monotonic).",
     "group_commit_sends": "Sends committed through the group committer since start (monotonic).",
-    "group_commit_pipelined": (
-        "Send batches an actor queued behind its own running commit since start (monotonic)."
-    ),
 }
 
 Labels = Mapping[str, str]

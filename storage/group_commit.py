@@ -11,26 +11,19 @@ fence miss or an idempotency hit writes nothing for that scope and is answered
 to that actor only. A lone one-send batch takes the single-send statement; a
 second chain for a scope already in the group takes the ordinary one-batch
 path.
-
-An actor whose senders wait on each other may queue its next batch while the
-previous one is still committing (``submit`` with ``after``): the committer
-runs it only after its predecessor, appends it to the predecessor's chain
-when both are taken together, and fails it with ``FenceLost`` without
-running it when the predecessor failed — it was decided on a state that
-never reached the database.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import structlog
 import trio
 
 from actors.planner import MessagePlan
-from actors.ports import CommittedSend, FenceLost
+from actors.ports import CommittedSend
 from storage import applier
 from storage.pg import Pool, TrioConnection, reusable
 
@@ -43,45 +36,18 @@ class _Job:
     done: trio.Event = field(default_factory=trio.Event)
     result: list[CommittedSend] | None = None
     error: BaseException | None = None
-    # The same actor's batch this one was decided after (``submit``).
-    after: _Job | None = None
-    notify: Callable[[], None] | None = None
 
     @property
     def scope_id(self) -> str:
         return self.plans[0].intent.scope_id
 
-    @property
-    def finished(self) -> bool:
-        return self.done.is_set()
-
-    def outcome(self) -> list[CommittedSend]:
-        """The committed sends; raises what made the batch write nothing."""
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
-
     def finish(self, result: list[CommittedSend]) -> None:
         self.result = result
-        self._done()
+        self.done.set()
 
     def fail(self, error: BaseException) -> None:
         self.error = error
-        self._done()
-
-    def _done(self) -> None:
         self.done.set()
-        if self.notify is not None:
-            self.notify()
-
-    @property
-    def orphaned(self) -> bool:
-        """Its predecessor failed: running it would commit on a state that never was."""
-        return self.after is not None and self.after.error is not None
-
-
-PendingCommit = _Job
 
 
 class GroupCommitter:
@@ -110,7 +76,6 @@ class GroupCommitter:
         self._stopped = False
         self.transactions = 0
         self.plans_committed = 0
-        self.submitted = 0
 
     async def run(self) -> None:
         try:
@@ -135,26 +100,10 @@ class GroupCommitter:
         else:
             self._queue.append(job)
         await job.done.wait()
-        return job.outcome()
-
-    def submit(
-        self,
-        plans: Sequence[MessagePlan],
-        *,
-        after: PendingCommit | None = None,
-        notify: Callable[[], None] | None = None,
-    ) -> PendingCommit:
-        """Queue a batch without waiting for it; ``notify`` runs when it is answered.
-
-        ``after`` is the same actor's previous batch, still committing or
-        queued: this one runs after it, and only if it committed.
-        """
-        job = _Job(plans, after=after, notify=notify)
-        self.submitted += 1
-        self._queue.append(job)
-        if self._running < self._lanes:
-            self._lot.unpark()
-        return job
+        if job.error is not None:
+            raise job.error
+        assert job.result is not None
+        return job.result
 
     def _lane_done(self) -> None:
         self._running -= 1
@@ -166,14 +115,9 @@ class GroupCommitter:
             if not self._queue or self._running >= self._lanes:
                 await self._lot.park()
                 continue
-            jobs = self._take()
-            if not jobs:
-                # All queued wait for a predecessor on another lane, whose end unparks.
-                await self._lot.park()
-                continue
             self._running += 1
             try:
-                await self._run_jobs(jobs)
+                await self._run_jobs(self._take())
             finally:
                 self._lane_done()
 
@@ -205,79 +149,51 @@ class GroupCommitter:
 
     def _take(self) -> list[_Job]:
         jobs: list[_Job] = []
-        taken: set[int] = set()
-        waiting: list[_Job] = []
         count = 0
         queue = self._queue
         while queue and (not jobs or count + len(queue[0].plans) <= self._max_plans):
             job = queue.popleft()
-            after = job.after
-            if after is not None and not after.finished and id(after) not in taken:
-                # Its predecessor is committing on another lane.
-                waiting.append(job)
-                continue
             jobs.append(job)
-            taken.add(id(job))
             count += len(job.plans)
-        queue.extendleft(reversed(waiting))
         return jobs
 
     async def _commit(self, conn: TrioConnection, jobs: list[_Job]) -> None:
-        chains: dict[str, list[_Job]] = {}
+        grouped: dict[str, _Job] = {}
         alone: list[_Job] = []
         for job in jobs:
-            if job.orphaned:
-                job.fail(FenceLost(job.scope_id))
-                continue
-            chain = chains.get(job.scope_id)
-            if chain is None:
-                chains[job.scope_id] = [job]
-            elif job.after is chain[-1]:
-                chain.append(job)
+            if job.scope_id not in grouped:
+                grouped[job.scope_id] = job
             else:
                 alone.append(job)
-        if len(chains) == 1 and not alone:
-            (chain,) = chains.values()
-            if len(chain) == 1:
-                # One batch: the ordinary statement (the single-send one for one send).
-                alone[:0] = chain
-                chains.clear()
-        if chains:
-            await self._commit_group(conn, list(chains.values()))
+        if len(grouped) == 1 and len(jobs[0].plans) == 1:
+            # One send: the single-send statement is the cheaper plan.
+            alone[:0] = grouped.values()
+        elif grouped:
+            await self._commit_group(conn, list(grouped.values()))
         for job in alone:
             await self._commit_alone(conn, job)
 
-    async def _commit_group(self, conn: TrioConnection, chains: list[list[_Job]]) -> None:
-        """One statement for many scopes; each scope's chain gets its own outcome."""
+    async def _commit_group(self, conn: TrioConnection, jobs: list[_Job]) -> None:
+        """One statement for many scopes; each job gets its own outcome."""
         try:
-            results = await applier.apply_chains(
-                conn, [[plan for job in chain for plan in job.plans] for chain in chains]
-            )
+            results = await applier.apply_chains(conn, [job.plans for job in jobs])
         except Exception as exc:
             if isinstance(exc, trio.Cancelled):
                 raise
             # A failing row must not fail its neighbours: retry each on its own.
-            log.warning("group_commit_failed", batches=len(chains), error=repr(exc))
-            for chain in chains:
-                for job in chain:
-                    await self._commit_alone(conn, job)
+            log.warning("group_commit_failed", batches=len(jobs), error=repr(exc))
+            for job in jobs:
+                await self._commit_alone(conn, job)
             return
         self.transactions += 1
-        for chain, result in zip(chains, results, strict=True):
-            if not isinstance(result, list):
-                for job in chain:
-                    job.fail(result)
-                continue
-            self.plans_committed += len(result)
-            start = 0
-            for job in chain:
-                job.finish(result[start : start + len(job.plans)])
-                start += len(job.plans)
+        for job, result in zip(jobs, results, strict=True):
+            if isinstance(result, list):
+                self.plans_committed += len(result)
+                job.finish(result)
+            else:
+                job.fail(result)
 
     async def _commit_alone(self, conn: TrioConnection, job: _Job) -> None:
-        if job.orphaned:
-            job.fail(FenceLost(job.scope_id))
-            return
         try:
             result = await applier.apply_sends(conn, job.plans)
         except Exception as exc:

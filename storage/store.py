@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from actors.model import IdempotencyRecord, Member, NotificationState, ScopeSnapshot
 from actors.planner import MessagePlan, MutationPlan
@@ -11,14 +11,13 @@ from actors.ports import (
     CommittedSend,
     MutationConflict,
     MutationTarget,
-    PendingSends,
     ReactionOutcome,
     ReactionWrite,
     RosterChange,
 )
 from actors.scope_state import RECENT_TAIL
 from storage import applier, messages, mutations, reactions, scopes
-from storage.group_commit import GroupCommitter, PendingCommit
+from storage.group_commit import GroupCommitter
 from storage.pg import Pool
 
 
@@ -46,22 +45,6 @@ class PgScopeStore:
             return await self._committer.apply(plans)
         async with self._pool.connection() as conn:
             return await applier.apply_sends(conn, plans)
-
-    @property
-    def pipelines(self) -> bool:
-        return self._committer is not None
-
-    def submit_sends(
-        self,
-        plans: Sequence[MessagePlan],
-        *,
-        after: PendingSends | None,
-        notify: Callable[[], None],
-    ) -> PendingCommit:
-        if self._committer is None:
-            raise RuntimeError("pipelined sends need the group committer")
-        assert after is None or isinstance(after, PendingCommit)
-        return self._committer.submit(plans, after=after, notify=notify)
 
     async def join(
         self,

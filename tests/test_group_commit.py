@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 import trio
-import trio.testing
 
 from actors.model import Member, MemberType
 from actors.planner import MessagePlan
@@ -15,7 +14,7 @@ from actors.ports import FenceLost, IdempotencyRace
 from actors.scope_state import Append, ScopeState, SendCommand
 from node.database import autocommit
 from storage import directory, scopes
-from storage.group_commit import GroupCommitter, PendingCommit
+from storage.group_commit import GroupCommitter
 from storage.pg import connect, open_pool
 from storage.store import PgScopeStore
 
@@ -152,109 +151,3 @@ async def test_single_batches_still_commit(database_url: str, lanes: int) -> Non
             (done,) = await committer.apply([decision.plan])
             assert done.seq == n + 1
         nursery.cancel_scope.cancel()
-
-
-def planned(state: ScopeState, author: Member, key: str) -> MessagePlan:
-    decision = state.decide(SendCommand(author, key, key, reply=lambda _: None), datetime.now(UTC))
-    assert isinstance(decision, Append)
-    return decision.plan
-
-
-async def answered(*jobs: PendingCommit) -> None:
-    with trio.fail_after(10):
-        for job in jobs:
-            await job.done.wait()
-
-
-async def test_a_batch_queued_behind_its_predecessor_rides_in_its_chain(
-    database_url: str,
-) -> None:
-    author, (scope_id,) = await channels(database_url, 1)
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        committer = GroupCommitter(pool, lanes=1)
-        nursery.start_soon(committer.run)
-        state = ScopeState(await PgScopeStore(pool).load_scope(scope_id))
-        plans = [planned(state, author, f"p{n}") for n in range(3)]
-        woken: list[str] = []
-        first = committer.submit(plans[:1], notify=lambda: woken.append("first"))
-        second = committer.submit(plans[1:], after=first, notify=lambda: woken.append("second"))
-        await answered(first, second)
-        nursery.cancel_scope.cancel()
-    assert [c.seq for c in first.outcome()] == [1]
-    assert [c.seq for c in second.outcome()] == [2, 3]
-    assert committer.transactions == 1
-    assert sorted(woken) == ["first", "second"]
-    assert committer.submitted == 2
-
-
-async def test_a_batch_behind_a_failed_one_is_not_run(database_url: str) -> None:
-    author, (scope_id,) = await channels(database_url, 1)
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        committer = GroupCommitter(pool, lanes=1)
-        nursery.start_soon(committer.run)
-        store = PgScopeStore(pool)
-        # Another writer (a second node) commits first: this state's plans miss.
-        other = ScopeState(await store.load_scope(scope_id))
-        stale = ScopeState(await store.load_scope(scope_id))
-        await committer.apply([planned(other, author, "elsewhere")])
-        lost = [planned(stale, author, f"lost{n}") for n in range(3)]
-        # Taken together: one chain, written as one, fails as one.
-        first = committer.submit(lost[:1])
-        second = committer.submit(lost[1:2], after=first)
-        await answered(first, second)
-        statements = committer.transactions
-        # Queued after its predecessor already failed: failed without a statement.
-        third = committer.submit(lost[2:], after=second)
-        await answered(third)
-        nursery.cancel_scope.cancel()
-    for job in (first, second, third):
-        with pytest.raises(FenceLost):
-            job.outcome()
-    assert committer.transactions == statements
-    with psycopg.connect(database_url) as conn:
-        rows = conn.execute("SELECT content FROM scope_messages ORDER BY seq").fetchall()
-    assert rows == [("elsewhere",)]
-
-
-async def test_a_batch_waits_for_its_predecessor_on_another_lane(database_url: str) -> None:
-    author, (scope_id,) = await channels(database_url, 1)
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        committer = GroupCommitter(pool, lanes=3)
-        nursery.start_soon(committer.run)
-        store = PgScopeStore(pool)
-        state = ScopeState(await store.load_scope(scope_id))
-        async with await connect(database_url) as writer, writer.transaction():
-            # Another writer moves the scope and holds its row: the first batch
-            # waits in the database, then misses its fence. The one behind it
-            # expects the seq that writer leaves, so only waiting for the first
-            # to be answered keeps it from committing on a state that never was.
-            await writer.execute(
-                "UPDATE scopes SET latest_seq = latest_seq + 1 WHERE id = %s", (scope_id,)
-            )
-            first = committer.submit([planned(state, author, "lost")])
-            await trio.testing.wait_all_tasks_blocked()
-            second = committer.submit([planned(state, author, "behind")], after=first)
-            await trio.testing.wait_all_tasks_blocked()
-            assert not first.finished
-        await answered(first, second)
-        state = ScopeState(await store.load_scope(scope_id))
-        fresh = [committer.submit([planned(state, author, f"p{n}")]) for n in range(2)]
-        fresh.append(committer.submit([planned(state, author, "p2")], after=fresh[-1]))
-        await answered(*fresh)
-        nursery.cancel_scope.cancel()
-    for job in (first, second):
-        with pytest.raises(FenceLost):
-            job.outcome()
-    assert [job.outcome()[0].seq for job in fresh if job.error is None][-1] == 4
-    with psycopg.connect(database_url) as conn:
-        rows = conn.execute("SELECT content FROM scope_messages ORDER BY seq").fetchall()
-    assert ("behind",) not in rows
