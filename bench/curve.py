@@ -106,9 +106,8 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
                         round(1000 * node_cpu / sends, 3) if node_cpu and sends else None
                     ),
                     "generator_cpu_s": result.cpu.generator_cpu_s,
-                    # The node's send statements and pipelined batches in the run.
+                    # The node's send statements in the run.
                     "statements": res.get("statements"),
-                    "pipelined": res.get("pipelined"),
                     "errors": res["errors"],
                     "load_avg_1m": [load_before, _load()],
                     "at": time.strftime("%H:%M:%S"),
@@ -120,7 +119,7 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
 def render(curve: dict[str, Any]) -> str:
     head = (
         "| senders/scope | senders | scopes | sends/s | raw tx/s | ratio | p50 ms | raw p50 ms"
-        " | node CPU ms/send | sends/statement | pipelined batches"
+        " | node CPU ms/send | sends/statement"
         " | load avg (1 min, before/after) | raw tx/s, a scope per worker |"
     )
     lines = [head, _rule(head)]
@@ -133,7 +132,7 @@ def render(curve: dict[str, Any]) -> str:
             f"{p['sends_per_s']:,.0f} | {p['raw_tx_per_s']:,.0f} | "
             f"{_num(p['ratio'], '{:.2f} ×')} | {_num(p['p50_ms'], '{:.1f}')} | "
             f"{_num(p['raw_p50_ms'], '{:.1f}')} | {_num(cpu, '{:.3f}')} | "
-            f"{_num(per_statement, '{:.2f}')} | {_num(p.get('pipelined'), '{:,}')} | "
+            f"{_num(per_statement, '{:.2f}')} | "
             f"{p['load_avg_1m'][0]:.1f} / {p['load_avg_1m'][1]:.1f} | "
             f"{_num(p.get('raw_own_scopes_tx_per_s'), '{:,.0f}')} |"
         )

@@ -100,8 +100,7 @@ async def run(
         "states": dict(states),
         "errors": dict(errors),
         "latency": lat.summary(),
-        # The node's group committer over the run: statements, and the batches
-        # actors queued behind their own running commit (several senders per scope).
+        # The node's group committer over the run: its statements.
         **{
             key: gauges_after[key] - gauges_before[key]
             for key in gauges_after
@@ -113,7 +112,7 @@ async def run(
 
 async def _committer_gauges(env: Env) -> dict[str, int]:
     gauges = await node_gauges(env.host_port[1])
-    names = {"group_commit_statements": "statements", "group_commit_pipelined": "pipelined"}
+    names = {"group_commit_statements": "statements"}
     return {short: int(gauges[name]) for name, short in names.items() if name in gauges}
 
 
