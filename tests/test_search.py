@@ -89,6 +89,24 @@ def test_highlights_are_character_offsets() -> None:
 # ---------------------------------------------------------------- languages
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(alphabet="abcé\U0010ffff", min_size=1, max_size=4),
+        st.floats(min_value=1e-6, max_value=0.5),
+        max_size=30,
+    ),
+    st.text(alphabet="abcé\U0010ffff", min_size=1, max_size=3),
+)
+def test_term_stats_sum_every_tracked_word_with_the_prefix(
+    freqs: dict[str, float], prefix: str
+) -> None:
+    stats = index.TermStats(freqs, 1e-4, 0.0)
+    found = sum(f for word, f in freqs.items() if word.startswith(prefix))
+    expected = min(1.0, found) if found else 1e-4 / 2
+    assert stats.word(prefix) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
 async def test_language_corpus(database_url: str, tmp_path: Path) -> None:
     async with running_node(database_url, tmp_path) as node:
         world = await World.create(node)
