@@ -59,6 +59,7 @@ CJK = "的一是不了人我在有他这中大来上国个到说们为子和你�
 TEXT_INDEXES = {
     "scope_message_search_docs_tsv_idx": "USING gin (body_tsv)",
     "scope_message_search_docs_trgm_idx": "USING gin (body gin_trgm_ops)",
+    "scope_message_search_docs_cjk_idx": "USING gin (scopenode_cjk_bigrams(body))",
 }
 
 

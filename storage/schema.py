@@ -28,6 +28,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (6, "sources", "schema_v6_sources.sql"),
     (7, "search", "schema_v7_search.sql"),
     (8, "search_scale", "schema_v8_search_scale.sql"),
+    (9, "cjk_bigrams", "schema_v9_cjk_bigrams.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators
 _BOOKKEEPING = "schema_migrations"

@@ -164,7 +164,18 @@ def _term_condition(
             query = f"(SELECT {query})"
         return f"d.body_tsv @@ {query}" if indexed else f"ts_match_vq(d.body_tsv, {query})"
     params[name] = _like(t.text)
-    return f"d.body ILIKE %({name})s" if indexed else f"texticlike(d.body, %({name})s)"
+    if not indexed:
+        return f"texticlike(d.body, %({name})s)"
+    pairs = cjk_bigrams(t.text)
+    if pairs and not _trigrams(t.text):
+        # No trigram to look up: the index of adjacent CJK pairs finds the
+        # candidates (migration 9) and the pattern checks them, as a function
+        # call: as an operator the trigram index would be scanned whole for it.
+        params[f"{name}_pairs"] = pairs
+        return (
+            f"scopenode_cjk_bigrams(d.body) @> %({name}_pairs)s AND texticlike(d.body, %({name})s)"
+        )
+    return f"d.body ILIKE %({name})s"
 
 
 def _conditions(
@@ -413,7 +424,8 @@ def _opaque(statement: str) -> str:
     """Each parameter as an initplan: estimates that do not depend on its value."""
 
     def wrap(match: re.Match[str]) -> str:
-        type_ = _PARAM_TYPES.get(match.group(1), "text")
+        name = match.group(1)
+        type_ = "text[]" if name.endswith("_pairs") else _PARAM_TYPES.get(name, "text")
         # An array is cast again outside, or `= ANY((SELECT …))` means a subquery.
         cast = f"::{type_}" if type_.endswith("[]") else ""
         return f"(SELECT {match.group(0)}::{type_}){cast}"
@@ -501,7 +513,12 @@ class TermStats:
             share = self._share(t)
             if share is not None:
                 freq = share if freq is None else freq * share
-            indexable = indexable or t.kind is TermKind.WORD or _trigrams(t.text)
+            indexable = (
+                indexable
+                or t.kind is TermKind.WORD
+                or _trigrams(t.text)
+                or bool(cjk_bigrams(t.text))
+            )
         if not parsed.terms:
             freq = 1.0  # filters and exclusions only: nearly everything matches
         return Estimate(freq, indexable)
@@ -518,6 +535,17 @@ class TermStats:
         for run in runs:
             share *= self.word(run)
         return share
+
+
+# The characters scopenode_cjk_bigrams() pairs (storage/schema_v9_cjk_bigrams.sql).
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK_PAIR = re.compile(f"(?=([{_CJK}]{{2}}))")
+
+
+def cjk_bigrams(text: str) -> list[str]:
+    """The distinct adjacent pairs of CJK characters in ``text``, as the
+    database function indexes them."""
+    return sorted(set(_CJK_PAIR.findall(text)))
 
 
 def _is_tracked_word(run: str) -> bool:
