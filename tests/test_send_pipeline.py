@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +236,13 @@ async def test_load_every_member_gets_every_message_once_in_order(
             setup.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def opened(homes: list[tuple[World, Person]]) -> AsyncIterator[list[Client]]:
+    """A client per (node's world, person), all open for the block."""
+    async with AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(w.client(p)) for w, p in homes]
+
+
 async def send_all(
     clients: list[Client], target: str, count: int
 ) -> dict[int, list[tuple[str, dict[str, Any] | ClientError]]]:
@@ -283,13 +292,8 @@ async def test_senders_of_one_scope_are_answered_in_order(
     async with running_node(database_url, tmp_path) as node:
         world = await World.create(node)
         people = [await world.member(f"user{i}") for i in range(5)]
-        async with (
-            world.client(people[0]) as watcher,
-            world.client(people[1]) as c1,
-            world.client(people[2]) as c2,
-            world.client(people[3]) as c3,
-            world.client(people[4]) as c4,
-        ):
+        async with opened([(world, person) for person in people]) as clients:
+            watcher, c1, c2, c3, c4 = clients
             await make_channel(watcher, "busy", c1, c2, c3, c4)
             answers = await send_all([c1, c2, c3, c4], "#busy", 40)
             stored = accepted_in_order(answers)
@@ -317,13 +321,9 @@ async def test_senders_on_two_nodes_of_one_scope_lose_nothing(
         world = await World.create(node_a)
         people = [await world.member(f"user{i}") for i in range(5)]
         world_b = World(node_b, world.workspace_id)
-        async with (
-            world.client(people[0]) as owner,
-            world.client(people[1]) as c1,
-            world.client(people[2]) as c2,
-            world.client(people[3]) as c3,
-            world_b.client(people[4]) as other,
-        ):
+        homes = [world] * 4 + [world_b]
+        async with opened(list(zip(homes, people, strict=True))) as clients:
+            owner, c1, c2, c3, other = clients
             await make_channel(owner, "shared", c1, c2, c3, other)
             answers = await send_all([c1, c2, c3, other], "#shared", 30)
             stored = accepted_in_order(answers)
