@@ -164,17 +164,16 @@ def _term_condition(
             query = f"(SELECT {query})"
         return f"d.body_tsv @@ {query}" if indexed else f"ts_match_vq(d.body_tsv, {query})"
     params[name] = _like(t.text)
+    checked = f"texticlike(d.body, %({name})s)"
     if not indexed:
-        return f"texticlike(d.body, %({name})s)"
-    pairs = cjk_bigrams(t.text)
-    if pairs and not _trigrams(t.text):
-        # No trigram to look up: the index of adjacent CJK pairs finds the
-        # candidates (migration 9) and the pattern checks them, as a function
-        # call: as an operator the trigram index would be scanned whole for it.
+        return checked
+    pairs = _pair_lookup(t.text)
+    if pairs:
+        # The index of adjacent CJK pairs finds the candidates (migration 9) and
+        # the pattern checks them, as a function call: as an operator the
+        # trigram index would be scanned whole for it.
         params[f"{name}_pairs"] = pairs
-        return (
-            f"scopenode_cjk_bigrams(d.body) @> %({name}_pairs)s AND texticlike(d.body, %({name})s)"
-        )
+        return f"scopenode_cjk_bigrams(d.body) @> %({name}_pairs)s::text[] AND {checked}"
     return f"d.body ILIKE %({name})s"
 
 
@@ -424,8 +423,7 @@ def _opaque(statement: str) -> str:
     """Each parameter as an initplan: estimates that do not depend on its value."""
 
     def wrap(match: re.Match[str]) -> str:
-        name = match.group(1)
-        type_ = "text[]" if name.endswith("_pairs") else _PARAM_TYPES.get(name, "text")
+        type_ = _PARAM_TYPES.get(match.group(1), "text")
         # An array is cast again outside, or `= ANY((SELECT …))` means a subquery.
         cast = f"::{type_}" if type_.endswith("[]") else ""
         return f"(SELECT {match.group(0)}::{type_}){cast}"
@@ -517,7 +515,7 @@ class TermStats:
                 indexable
                 or t.kind is TermKind.WORD
                 or _trigrams(t.text)
-                or bool(cjk_bigrams(t.text))
+                or bool(_pair_lookup(t.text))
             )
         if not parsed.terms:
             freq = 1.0  # filters and exclusions only: nearly everything matches
@@ -546,6 +544,11 @@ def cjk_bigrams(text: str) -> list[str]:
     """The distinct adjacent pairs of CJK characters in ``text``, as the
     database function indexes them."""
     return sorted(set(_CJK_PAIR.findall(text)))
+
+
+def _pair_lookup(text: str) -> list[str]:
+    """The pairs to find a substring term by: only when it has no trigram."""
+    return [] if _trigrams(text) else cjk_bigrams(text)
 
 
 def _is_tracked_word(run: str) -> bool:

@@ -107,6 +107,31 @@ def test_term_stats_sum_every_tracked_word_with_the_prefix(
     assert stats.word(prefix) == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
+async def test_the_cjk_pairs_of_python_and_the_index_agree(database_url: str) -> None:
+    """The query side pairs a term as the database function pairs a document:
+    same character ranges, edges included."""
+    edges = "\u303f\u3040\u30ff\u3100\u33ff\u3400\u4dbf\u4e00\u9fff\ua000"
+    edges += "\uabff\uac00\ud7af\ud7b0\uf8ff\uf900\ufaff\ufb00"
+    texts = [
+        "",
+        "自",
+        "自不能 自不",
+        "release 发布 ok",
+        "デプロイ確認ありがとう",
+        "배포 회의 서울",
+        "a自b不c",
+        "😀自😀不能",
+        edges,
+        "".join(f"{a}{b}" for a in edges for b in edges),
+    ]
+    async with await connect(database_url, autocommit=True) as conn:
+        for text in texts:
+            cur = await conn.execute("SELECT scopenode_cjk_bigrams(%s)", (text,))
+            row = await cur.fetchone()
+            assert row is not None
+            assert sorted(row[0]) == index.cjk_bigrams(text), text
+
+
 async def test_language_corpus(database_url: str, tmp_path: Path) -> None:
     async with running_node(database_url, tmp_path) as node:
         world = await World.create(node)

@@ -52,7 +52,7 @@ async def run(
                 await sess[0].request("leave", scopeId=scope_id)
         per_sender = max(1, max_sends // senders)
         env.progress.phase("throughput", per_sender * senders)
-        gauges_before = await _committer_gauges(env)
+        statements_before = await _statements(env)
         cpu.start()
         t0 = time.monotonic()
         deadline = t0 + duration_s
@@ -88,7 +88,7 @@ async def run(
             elapsed = time.monotonic() - t0
             outer.cancel_scope.cancel()
         cpu.stop()
-        gauges_after = await _committer_gauges(env)
+        statements_after = await _statements(env)
     env.progress.close()
     total = sum(counts)
     results = {
@@ -100,20 +100,19 @@ async def run(
         "states": dict(states),
         "errors": dict(errors),
         "latency": lat.summary(),
-        # The node's group committer over the run: its statements.
-        **{
-            key: gauges_after[key] - gauges_before[key]
-            for key in gauges_after
-            if key in gauges_before
-        },
+        # The node's group-commit statements over the run (None: no committer).
+        "statements": (
+            statements_after - statements_before
+            if statements_after is not None and statements_before is not None
+            else None
+        ),
     }
     return WorkloadResult(results, cpu, [lat])
 
 
-async def _committer_gauges(env: Env) -> dict[str, int]:
-    gauges = await node_gauges(env.host_port[1])
-    names = {"group_commit_statements": "statements"}
-    return {short: int(gauges[name]) for name, short in names.items() if name in gauges}
+async def _statements(env: Env) -> int | None:
+    value = (await node_gauges(env.host_port[1])).get("group_commit_statements")
+    return None if value is None else int(value)
 
 
 async def _show(env: Env, counts: list[int]) -> None:
