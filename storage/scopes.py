@@ -327,6 +327,26 @@ async def _default_channels(conn: TrioConnection, workspace_id: str) -> list[str
         return [str(row[0]) for row in await cur.fetchall()]
 
 
+async def _found_general(conn: TrioConnection, member: Member) -> str | None:
+    """Create the workspace's ``#general`` (a default) with ``member`` as its
+    founder; ``None`` when a ``#general`` exists or a concurrent creation
+    founded it first (the slug's unique index waited for that commit)."""
+    if await channel_by_slug(conn, member.workspace_id, "general") is not None:
+        return None
+    try:
+        return await create_channel(
+            conn,
+            creator=member,
+            slug="general",
+            name="General",
+            visibility="public",
+            description="Everyone",
+            default=True,
+        )
+    except UniqueViolation:
+        return None
+
+
 async def join_on_creation(
     conn: TrioConnection, member: Member, extra: Sequence[str] = ()
 ) -> list[str]:
@@ -341,21 +361,13 @@ async def join_on_creation(
     joined: list[str] = []
     if member.type in (MemberType.HUMAN, MemberType.AGENT) and not member.is_private_agent:
         defaults = await _default_channels(conn, member.workspace_id)
-        if not defaults and await channel_by_slug(conn, member.workspace_id, "general") is None:
-            try:
-                founded = await create_channel(
-                    conn,
-                    creator=member,
-                    slug="general",
-                    name="General",
-                    visibility="public",
-                    description="Everyone",
-                    default=True,
-                )
+        if not defaults:
+            founded = await _found_general(conn, member)
+            if founded is not None:
                 joined.append(founded)
-            except UniqueViolation:
-                # A concurrent creation founded it first (the slug's unique
-                # index waited for its commit): join that one.
+            else:
+                # Someone else's #general, possibly committed since the first
+                # read (read committed: this read sees it): join it if default.
                 defaults = await _default_channels(conn, member.workspace_id)
         extra = [*defaults, *extra]
     for scope_id in dict.fromkeys(extra):

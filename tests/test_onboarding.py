@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 import trio
 
+from actors.model import MemberType
 from node.client import open_client
-from storage import schema
+from storage import directory, schema, scopes
+from storage.pg import connect
 from tests.nodes import RunningNode, running_node
 from tests.test_cli import REPO, Result, _env, admin, assert_failed, scopenode
 
@@ -385,3 +388,42 @@ async def test_concurrent_first_members_share_one_general(database_url: str) -> 
     assert [(c["slug"], c["default"], c["memberCount"]) for c in channels["channels"]] == [
         ("general", True, 4)
     ]
+
+
+async def test_a_general_founded_between_two_reads_is_joined(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the concurrent test hits by chance, forced: a first member's
+    #general commits after the second member found no default but before it
+    looks the slug up. The second member joins that #general."""
+    async with (
+        await connect(database_url, autocommit=True) as first_conn,
+        await connect(database_url, autocommit=True) as second_conn,
+    ):
+        workspace = await directory.create_workspace(first_conn, "race")
+        first_tx = first_conn.transaction()
+        await first_tx.__aenter__()
+        first = await directory.create_member(
+            first_conn, workspace_id=workspace, type_=MemberType.HUMAN, handle="first"
+        )
+        assert len(await scopes.join_on_creation(first_conn, first)) == 1
+        default_channels = scopes._default_channels
+        reads = 0
+
+        async def commit_the_first_after_one_read(conn: Any, workspace_id: str) -> list[str]:
+            nonlocal reads
+            found = await default_channels(conn, workspace_id)
+            reads += 1
+            if reads == 1:
+                await first_tx.__aexit__(None, None, None)
+            return found
+
+        monkeypatch.setattr(scopes, "_default_channels", commit_the_first_after_one_read)
+        async with second_conn.transaction():
+            second = await directory.create_member(
+                second_conn, workspace_id=workspace, type_=MemberType.HUMAN, handle="second"
+            )
+            joined = await scopes.join_on_creation(second_conn, second)
+        general = await scopes.channel_by_slug(second_conn, workspace, "general")
+    assert reads == 2
+    assert joined == [general]
