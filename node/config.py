@@ -37,8 +37,10 @@ class Settings:
     slow_consumer_grace: float = 5.0
     pool_size: int = 16
     # Group-commit lanes: concurrent send transactions, each batching many scopes
-    # (0: every actor commits on its own pooled connection).
-    commit_lanes: int = int(os.environ.get("SCOPENODE_COMMIT_LANES", "1"))
+    # (0: every actor commits on its own pooled connection). Two, because one
+    # left the cores idle while a commit waited for its WAL flush
+    # (docs/performance.md, "Two commit lanes").
+    commit_lanes: int = int(os.environ.get("SCOPENODE_COMMIT_LANES", "2"))
     actor_idle_timeout: float = 120.0
     max_inflight_requests: int = 64
     # Rows a history page may examine before answering (a private reader may see
