@@ -26,6 +26,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 import re
 import time
 import weakref
@@ -41,6 +42,7 @@ from storage.pg import Prepared, TrioConnection
 from storage.visibility import READABLE_JOIN
 
 Sort = Literal["recent", "relevance"]
+Strategy = Literal["walk", "terms", "scopes"]
 MAX_LIMIT = 50
 REBUILD_BATCH = 5000
 
@@ -139,6 +141,7 @@ class Hit:
 class Results:
     hits: list[Hit]
     next_cursor: str | None
+    strategy: str | None = None  # the one that ran (None: no hits to tell)
 
 
 def _like(text: str) -> str:
@@ -262,13 +265,21 @@ def build_query(
     after: tuple[Any, ...] | None,
     raw: bool = False,
     estimate: Estimate | None = None,
+    strategy: Strategy | None = None,
 ) -> tuple[str, dict[str, object]]:
     """The search statement and its parameters. ``raw`` leaves out the viewer
     (the bench's baseline: the same index work without the predicate, planned
     for its terms at every call)."""
     if not raw:
         return _readable_query(
-            parsed, filters, viewer_params, sort, limit, after, estimate or Estimate(None, True)
+            parsed,
+            filters,
+            viewer_params,
+            sort,
+            limit,
+            after,
+            estimate or Estimate(None, True),
+            strategy,
         )
     params: dict[str, object] = {"workspace_id": filters.workspace_id, "limit": limit + 1}
     where = _conditions(parsed, filters, params, indexed=True, raw=True)
@@ -346,7 +357,33 @@ class Estimate:
     indexable: bool
 
 
-def _branch(how: str, source: str, where: list[str], order: _Order, limit: int) -> str:
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """What the strategy choice weighs besides the terms: the documents of the
+    viewer's candidate scopes (their latest seqs) and of the whole table."""
+
+    viewer: float
+    total: float
+
+
+def pick(sizes: Sizes, estimate: Estimate, *, walkable: bool, limit: int) -> Strategy:
+    """The strategy ``_PLAN`` would choose for these sizes (its Python twin)."""
+    freq = UNKNOWN_FREQ if estimate.freq is None else estimate.freq
+    viewer, total = max(sizes.viewer, 1.0), max(sizes.total, 1.0)
+    walk = min(total, (limit + 1) * total / (freq * viewer)) if walkable else math.inf
+    terms = freq * total if estimate.indexable else math.inf
+    if walk <= terms and walk <= viewer:
+        return "walk"
+    return "terms" if terms <= viewer else "scopes"
+
+
+def _gate(how: str, gated: bool) -> str:
+    return f"(SELECT p.how FROM plan p) = '{how}'" if gated else "true"
+
+
+def _branch(
+    how: str, source: str, where: list[str], order: _Order, limit: int, *, gated: bool
+) -> str:
     return f"""(
 SELECT {MESSAGE_COLUMNS}, {order.rank}
 FROM {source} d
@@ -354,19 +391,26 @@ JOIN rights sv ON sv.scope_id = d.scope_id
 JOIN scope_messages m ON m.id = d.message_id
 JOIN members mem ON mem.id = m.author_member_id
 {READABLE_PER_ROW}
-WHERE (SELECT p.how FROM plan p) = '{how}' AND {" AND ".join(where or ["true"])}
+WHERE {_gate(how, gated)} AND {" AND ".join(where or ["true"])}
   AND m.deleted_at IS NULL AND v.reason IS NOT NULL
 ORDER BY {order.order}
 LIMIT {limit + 1})"""
 
 
-def _candidates(name: str, how: str, where: list[str], relevance: bool) -> str:
+def _candidates(name: str, how: str, where: list[str], relevance: bool, *, gated: bool) -> str:
     columns = "d.message_id, d.scope_id, d.created_at" + (", d.body_tsv" if relevance else "")
     return f"""
 {name} AS MATERIALIZED (
     SELECT {columns} FROM scope_message_search_docs d
-    WHERE (SELECT p.how FROM plan p) = '{how}' AND {" AND ".join(where)}
+    WHERE {_gate(how, gated)} AND {" AND ".join(where)}
 )"""
+
+
+# Every row carries the strategy that ran and the sizes the choice weighs, so
+# the next search of this viewer can choose in Python and run only that one.
+_SIZES = """(SELECT greatest(sum(r.docs), 1) FROM rights r)::float8,
+       (SELECT greatest(c.reltuples, 1) FROM pg_class c
+        WHERE c.oid = 'scope_message_search_docs'::regclass)::float8"""
 
 
 def _readable_query(
@@ -377,43 +421,54 @@ def _readable_query(
     limit: int,
     after: tuple[Any, ...] | None,
     estimate: Estimate,
+    strategy: Strategy | None,
 ) -> tuple[str, dict[str, object]]:
+    """The readable statement: with ``strategy`` that strategy alone, without
+    it all three behind the statement's own choice (``_PLAN``)."""
+    relevance = sort == "relevance"
+    if strategy == "walk" and relevance:
+        raise ValueError("a walk in rank order would read everything")
     params: dict[str, object] = {"workspace_id": filters.workspace_id}
     params.update((k, viewer_params[k]) for k in ("viewer_id", "viewer_private", "owner_id"))
-    params.update(walkable=sort == "recent", indexable=estimate.indexable, freq=estimate.freq)
     order = _order(parsed, sort, after, params)
     tail = [order.after] if order.after is not None else []
-    relevance = sort == "relevance"
-    # In the walk the viewer's scopes are a hashed filter on each row, tested
-    # before its terms (not a join against every candidate scope per row).
-    walk = [
-        "(d.scope_id IN (SELECT r.scope_id FROM rights r)) IS TRUE",
-        *_conditions(parsed, filters, params, indexed=False),
-        *tail,
-    ]
-    terms = _conditions(parsed, filters, params, indexed=True) + tail
-    scopes = [
-        "d.scope_id = ANY((SELECT p.scope_ids FROM plan p)::text[])",
-        *_conditions(parsed, filters, params, indexed=False),
-        *tail,
-    ]
-    rights = _RIGHTS if filters.scope_id is None else _RIGHTS_ONE
-    ctes = [
-        _SCOPES_IN,
-        rights,
-        _PLAN.format(limit=limit + 1, unknown=UNKNOWN_FREQ),
-        _candidates("terms_docs", "terms", terms, relevance),
-        _candidates("scopes_docs", "scopes", scopes, relevance),
-    ]
-    branches = [
-        _branch("terms", "terms_docs", [], order, limit),
-        _branch("scopes", "scopes_docs", [], order, limit),
-    ]
-    if not relevance:  # a walk in rank order would read everything
-        branches.insert(0, _branch("walk", "scope_message_search_docs", walk, order, limit))
+    gated = strategy is None
+    viewer_scopes = (
+        "(SELECT p.scope_ids FROM plan p)"
+        if gated
+        else "(SELECT array_agg(r.scope_id) FROM rights r)"
+    )
+    ctes = [_SCOPES_IN, _RIGHTS if filters.scope_id is None else _RIGHTS_ONE]
+    if gated:
+        params.update(walkable=not relevance, indexable=estimate.indexable, freq=estimate.freq)
+        ctes.append(_PLAN.format(limit=limit + 1, unknown=UNKNOWN_FREQ))
+    branches = []
+    if strategy in (None, "terms"):
+        terms = _conditions(parsed, filters, params, indexed=True) + tail
+        ctes.append(_candidates("terms_docs", "terms", terms, relevance, gated=gated))
+        branches.append(_branch("terms", "terms_docs", [], order, limit, gated=gated))
+    if strategy in (None, "scopes"):
+        scopes = [
+            f"d.scope_id = ANY({viewer_scopes}::text[])",
+            *_conditions(parsed, filters, params, indexed=False),
+            *tail,
+        ]
+        ctes.append(_candidates("scopes_docs", "scopes", scopes, relevance, gated=gated))
+        branches.append(_branch("scopes", "scopes_docs", [], order, limit, gated=gated))
+    if strategy == "walk" or (gated and not relevance):
+        # In the walk the viewer's scopes are a hashed filter on each row, tested
+        # before its terms (not a join against every candidate scope per row).
+        walk = [
+            "(d.scope_id IN (SELECT r.scope_id FROM rights r)) IS TRUE",
+            *_conditions(parsed, filters, params, indexed=False),
+            *tail,
+        ]
+        branch = _branch("walk", "scope_message_search_docs", walk, order, limit, gated=gated)
+        branches.insert(0, branch)
+    how = "(SELECT p.how FROM plan p)" if gated else f"'{strategy}'"
     statement = f"""
 WITH {",".join(ctes)}
-SELECT * FROM ({" UNION ALL ".join(branches)}) hits
+SELECT hits.*, {how}::text, {_SIZES} FROM ({" UNION ALL ".join(branches)}) hits
 WHERE NOT EXISTS ({_BUILDING})"""
     return _opaque(statement), params
 
@@ -612,6 +667,29 @@ def decode_cursor(cursor: str, fingerprint: str, sort: Sort) -> tuple[Any, ...]:
         raise BadCursor("not a cursor") from None
 
 
+SIZES_TTL = 60.0  # seconds a viewer's sizes choose its strategy before they are read again
+SIZES_KEPT = 10_000
+
+# (workspace, viewer, scope filter) -> (sizes, read at): the strategy choice's
+# inputs from the viewer's last search with hits. Only speed depends on them:
+# every strategy returns the same hits.
+_sizes: dict[tuple[str, str, str | None], tuple[Sizes, float]] = {}
+
+
+def _known_sizes(key: tuple[str, str, str | None]) -> Sizes | None:
+    found = _sizes.get(key)
+    if found is None or time.monotonic() - found[1] > SIZES_TTL:
+        return None
+    return found[0]
+
+
+def _remember_sizes(key: tuple[str, str, str | None], sizes: Sizes) -> None:
+    if len(_sizes) >= SIZES_KEPT and key not in _sizes:
+        del _sizes[next(iter(_sizes))]  # the oldest entry (dicts keep insertion order)
+    _sizes.pop(key, None)
+    _sizes[key] = (sizes, time.monotonic())
+
+
 async def search(
     conn: TrioConnection,
     query: str,
@@ -622,14 +700,30 @@ async def search(
     sort: Sort = "recent",
     limit: int = 20,
     cursor: str | None = None,
+    strategy: Strategy | None = None,
 ) -> Results:
     """One page of readable hits, newest (or best ranked) first; none while the
-    workspace is being built (:func:`is_ready` tells an empty page from that)."""
+    workspace is being built (:func:`is_ready` tells an empty page from that).
+
+    The strategy is chosen in Python from the sizes the viewer's previous search
+    returned (a statement holding one strategy starts faster than one holding
+    three); without them the statement chooses. ``strategy`` forces one.
+    """
     fingerprint = _fingerprint(query, filters, sort)
     after = decode_cursor(cursor, fingerprint, sort) if cursor else None
     estimate = (await term_stats(conn)).estimate(parsed)
+    key = (filters.workspace_id, str(viewer_params["viewer_id"]), filters.scope_id)
+    if strategy is None and (sizes := _known_sizes(key)) is not None:
+        strategy = pick(sizes, estimate, walkable=sort == "recent", limit=limit)
     statement, params = build_query(
-        parsed, filters, viewer_params, sort=sort, limit=limit, after=after, estimate=estimate
+        parsed,
+        filters,
+        viewer_params,
+        sort=sort,
+        limit=limit,
+        after=after,
+        estimate=estimate,
+        strategy=strategy,
     )
     stmt, names = _prepare(statement)
     with map_errors():
@@ -639,11 +733,17 @@ async def search(
             await conn.execute("SET jit = off", prepare=False)
             _without_jit.add(conn)
         rows = await conn.run_prepared(stmt, [_text(params.get(name)) for name in names])
+    if rows:
+        _remember_sizes(key, Sizes(float(rows[0][-2]), float(rows[0][-1])))
     hits = [
-        Hit(ReadableMessage(message_from_row(r), r[15], r[16]), float(r[-1])) for r in rows[:limit]
+        Hit(ReadableMessage(message_from_row(r), r[15], r[16]), float(r[-4])) for r in rows[:limit]
     ]
     more = len(rows) > limit
-    return Results(hits, encode_cursor(fingerprint, sort, hits[-1]) if more else None)
+    return Results(
+        hits,
+        encode_cursor(fingerprint, sort, hits[-1]) if more else None,
+        str(rows[0][-3]) if rows else None,
+    )
 
 
 # -------------------------------------------------------------- readiness

@@ -26,11 +26,12 @@ import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from actors.model import MemberType
+from actors.model import Member, MemberType
 from actors.search_query import TermKind, highlights, matches, parse
 from node.client import Client, ClientError
 from storage import search as index
 from storage.pg import connect
+from storage.visibility import Viewer
 from tests.nodes import Person, World, make_channel, running_node
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "search_corpus.json").read_text())
@@ -130,6 +131,48 @@ async def test_the_cjk_pairs_of_python_and_the_index_agree(database_url: str) ->
             row = await cur.fetchone()
             assert row is not None
             assert sorted(row[0]) == index.cjk_bigrams(text), text
+
+
+async def test_the_strategy_choice_of_python_and_the_statement_agree(database_url: str) -> None:
+    """``pick`` (the choice a viewer's later searches make in Python) and the
+    statement's own ``plan`` choose alike for the same sizes and terms."""
+    async with await connect(database_url, autocommit=True) as conn:
+        row = await (
+            await conn.execute(
+                "SELECT reltuples FROM pg_class WHERE oid = 'scope_message_search_docs'::regclass"
+            )
+        ).fetchone()
+        assert row is not None
+        total = float(row[0])
+        chosen: set[str] = set()
+        for viewer_docs in (0.0, 1.0, 30.0, 5_000.0, 2e6):
+            for freq in (None, 1e-7, 1e-3, 0.05, 0.9):
+                for indexable in (True, False):
+                    for walkable in (True, False):
+                        statement = (
+                            "WITH rights AS (SELECT 'scp'::text AS scope_id,"
+                            " %(viewer_docs)s::float8 AS docs),"
+                            + index._PLAN.format(limit=21, unknown=index.UNKNOWN_FREQ)
+                            + " SELECT how FROM plan"
+                        )
+                        params = {
+                            "viewer_docs": viewer_docs,
+                            "freq": freq,
+                            "indexable": indexable,
+                            "walkable": walkable,
+                        }
+                        cur = await conn.execute(statement, params)
+                        found = await cur.fetchone()
+                        assert found is not None
+                        expected = index.pick(
+                            index.Sizes(viewer_docs, total),
+                            index.Estimate(freq, indexable),
+                            walkable=walkable,
+                            limit=20,
+                        )
+                        assert found[0] == expected, params
+                        chosen.add(expected)
+    assert chosen == {"walk", "terms", "scopes"}
 
 
 async def test_language_corpus(database_url: str, tmp_path: Path) -> None:
@@ -255,6 +298,11 @@ async def _play(database_url: str, data_dir: Path, world_steps: list[Step]) -> N
                 found = [h["message"]["id"] for h in await hits_of(viewer, "alpha")]
                 assert len(found) == len(set(found))
                 assert set(found) == readable
+                member = people[clients.index(viewer)].member
+                for strategy, sort in _EVERY_STRATEGY:
+                    assert await _stored_hits(node.database_url, member, strategy, sort) == set(
+                        found
+                    ), (strategy, sort)
                 if viewer in (pa, pb) and found:
                     REACHED["private agent hit"] += 1
                 if len(scopes) > 1 and found:
@@ -262,6 +310,35 @@ async def _play(database_url: str, data_dir: Path, world_steps: list[Step]) -> N
 
 
 REACHED: Counter[str] = Counter()
+
+_EVERY_STRATEGY: list[tuple[index.Strategy, index.Sort]] = [
+    ("walk", "recent"),
+    ("terms", "recent"),
+    ("scopes", "recent"),
+    ("terms", "relevance"),
+    ("scopes", "relevance"),
+]
+
+
+async def _stored_hits(
+    database_url: str, member: Member, strategy: index.Strategy, sort: index.Sort
+) -> set[str]:
+    """Every hit of "alpha" for ``member`` through one forced strategy."""
+    viewer = Viewer(member, public_reader=False, grant_scopes=()).params()
+    filters = index.Filters(member.workspace_id)
+    found: set[str] = set()
+    cursor = None
+    async with await connect(database_url, autocommit=True) as conn:
+        while True:
+            page = await index.search(
+                conn, "alpha", parse("alpha"), filters, viewer,
+                sort=sort, limit=50, cursor=cursor, strategy=strategy,
+            )  # fmt: skip
+            assert page.strategy in (None, strategy)
+            found |= {hit.readable.message.id for hit in page.hits}
+            if page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
 
 
 @settings(
