@@ -23,6 +23,7 @@ import shutil
 import statistics
 import string
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -34,9 +35,9 @@ import trio
 
 from actors.model import MemberType
 from actors.search_query import parse
+from bench.client import open_session
 from node import logs
 from node.app import serve_node
-from node.client import open_client
 from node.config import Settings
 from node.database import open_database
 from storage import directory
@@ -264,7 +265,7 @@ async def _queries(
             await (await conn.execute(statement, params, prepare=False)).fetchall()
             raw_t.append(time.perf_counter() - t)
             t = time.perf_counter()
-            await client.search(q, limit=20)
+            await client.request("search", query=q, limit=20)
             node_t.append(time.perf_counter() - t)
         out[name] = {
             "queries": len(queries),
@@ -287,7 +288,12 @@ async def _sends(client: Any, target: str, n: int) -> float:
 
 async def _send_lane(client: Any, target: str, lane: int, count: int) -> None:
     for i in range(count):
-        await client.send(target, f"throughput lane {lane} message {i} 发布 ERR-{i}")
+        await client.request(
+            "send",
+            target=target,
+            content=f"throughput lane {lane} message {i} 发布 ERR-{i}",
+            clientMessageId=uuid.uuid4().hex,
+        )
 
 
 SEND_ROUNDS = 2
@@ -347,7 +353,9 @@ async def _run_in(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
         async with trio.open_nursery() as nursery:
             services = await nursery.start(serve_node, settings)
             url = f"ws://127.0.0.1:{services.port}/v1/ws?workspace={corpus['workspace']}"
-            async with open_client(url, token) as client:
+            # The bench's lean session, as the other workloads' load generators:
+            # the client shares the process, and its parsing would be measured.
+            async with open_session(url, token, kind="browser") as client:
                 classes = await _queries(conn, client, corpus)
                 scope_ok = corpus["viewer_scopes"] > 0
                 channel = await client.request("createChannel", slug="tput", name="tput")

@@ -159,3 +159,20 @@ def test_reactions_reach_every_reader_and_time_the_raw_statement(
     assert raw["count"] > 0
     assert raw["outcomes"] == {"changed": raw["count"]}
     assert report["ratios"]["reaction_p50_over_raw_statement_p50"] is not None
+
+
+def test_search_bench_runs_every_class_and_both_send_phases(tmp_path: Path) -> None:
+    """``scopenode bench search`` on a tiny corpus: every query of every class
+    answered through the node and raw, and sends timed with and without the
+    text indexes."""
+    from bench import search
+
+    out = tmp_path / "search.json"
+    argv = ["--messages", "3000", "--scopes", "10", "--members", "8", "--queries", "3"]
+    argv += ["--sends", "16", "--data-dir", str(tmp_path / "data"), "--json", str(out)]
+    assert search.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["viewer_has_scopes"]
+    assert set(report["search"]) == {"rare", "common", "phrase", "cjk"}
+    assert all(c["queries"] == 3 and c["node_p50_ms"] > 0 for c in report["search"].values())
+    assert len(report["sends_per_s"]["with_index"]) == len(report["sends_per_s"]["without_index"])
