@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--members", type=int, default=200)
     p.add_argument("--cjk", type=float, default=0.05, help="share of Chinese messages")
     p.add_argument("--queries", type=int, default=40, help="per class")
-    p.add_argument("--sends", type=int, default=400, help="per phase of the send comparison")
+    p.add_argument("--sends", type=int, default=2000, help="per phase of the send comparison")
     p.add_argument("--vocabulary", type=int, default=20_000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data-dir", default=None)
@@ -299,21 +299,35 @@ async def _send_lane(client: Any, target: str, lane: int, count: int) -> None:
 SEND_ROUNDS = 2
 
 
+async def _drop_text_indexes(conn: TrioConnection) -> None:
+    for name in TEXT_INDEXES:
+        await conn.execute(f"DROP INDEX {name}")
+
+
+async def _create_text_indexes(conn: TrioConnection) -> None:
+    await conn.execute("SET maintenance_work_mem = '1GB'")
+    for name, how in TEXT_INDEXES.items():
+        await conn.execute(f"CREATE INDEX {name} ON scope_message_search_docs {how}")
+    await conn.execute("RESET maintenance_work_mem")
+
+
 async def _send_rounds(conn: TrioConnection, client: Any, target: str, n: int) -> dict[str, Any]:
-    """Sends with the text indexes and without them, alternating for
-    SEND_ROUNDS rounds (consecutive phases on shared cores differ by about as
-    much as the indexes do); the indexes are back at the end."""
+    """Sends with the text indexes and without them for SEND_ROUNDS rounds,
+    the order flipped each round (with, without, without, with): consecutive
+    phases on shared cores differ by about as much as the indexes do, and the
+    phase right after the indexes are built again would always be a "with"
+    one otherwise. The indexes are back at the end."""
     with_index: list[float] = []
     without_index: list[float] = []
-    for _ in range(SEND_ROUNDS):
-        with_index.append(await _sends(client, target, n))
-        for name in TEXT_INDEXES:
-            await conn.execute(f"DROP INDEX {name}")
-        without_index.append(await _sends(client, target, n))
-        await conn.execute("SET maintenance_work_mem = '1GB'")
-        for name, how in TEXT_INDEXES.items():
-            await conn.execute(f"CREATE INDEX {name} ON scope_message_search_docs {how}")
-        await conn.execute("RESET maintenance_work_mem")
+    indexed = True
+    for phase in range(2 * SEND_ROUNDS):
+        want = phase % 4 in (0, 3)
+        if want != indexed:
+            await (_create_text_indexes if want else _drop_text_indexes)(conn)
+            indexed = want
+        (with_index if want else without_index).append(await _sends(client, target, n))
+    if not indexed:
+        await _create_text_indexes(conn)
     return {
         "with_index": with_index,
         "without_index": without_index,
