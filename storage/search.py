@@ -81,6 +81,13 @@ _RIGHTS_ONE = _RIGHTS.replace(
     "WHERE sc.id IN (SELECT scope_id FROM scopes_in)",
     "WHERE sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id = %(scope_id)s",
 )
+# A statement that takes its candidates from the text indexes alone (rare
+# terms) needs the rights of the scopes its candidates are in, not of every
+# scope the viewer reads: its candidates are already narrowed to those.
+_RIGHTS_OF_CANDIDATES = _RIGHTS.replace(
+    "WHERE sc.id IN (SELECT scope_id FROM scopes_in)",
+    "WHERE sc.id = ANY((SELECT array_agg(DISTINCT t.scope_id) FROM terms_docs t)::text[])",
+)
 _PER_ROW = {
     "%(viewer_public)s": "sv.viewer_public",
     "%(in_thread)s": "sv.in_thread",
@@ -407,7 +414,9 @@ def _candidates(name: str, how: str, where: list[str], relevance: bool, *, gated
 
 
 # Every row carries the strategy that ran and the sizes the choice weighs, so
-# the next search of this viewer can choose in Python and run only that one.
+# the next search of this viewer can choose in Python and run only that one
+# (a terms-only statement, which never reads all of the viewer's scopes,
+# carries NULL sizes: the choice stands until its sizes expire).
 _SIZES = """(SELECT greatest(sum(r.docs), 1) FROM rights r)::float8,
        (SELECT greatest(c.reltuples, 1) FROM pg_class c
         WHERE c.oid = 'scope_message_search_docs'::regclass)::float8"""
@@ -438,14 +447,23 @@ def _readable_query(
         if gated
         else "(SELECT array_agg(r.scope_id) FROM rights r)"
     )
-    ctes = [_SCOPES_IN, _RIGHTS if filters.scope_id is None else _RIGHTS_ONE]
+    # The terms strategy alone reads rights after its candidates (narrowed to
+    # the viewer's scopes first); it cannot report the viewer's sizes then.
+    lazy_rights = strategy == "terms"
+    ctes = [_SCOPES_IN]
+    if not lazy_rights:
+        ctes.append(_RIGHTS if filters.scope_id is None else _RIGHTS_ONE)
     if gated:
         params.update(walkable=not relevance, indexable=estimate.indexable, freq=estimate.freq)
         ctes.append(_PLAN.format(limit=limit + 1, unknown=UNKNOWN_FREQ))
     branches = []
     if strategy in (None, "terms"):
         terms = _conditions(parsed, filters, params, indexed=True) + tail
+        if lazy_rights:
+            terms.insert(0, "(d.scope_id IN (SELECT s.scope_id FROM scopes_in s)) IS TRUE")
         ctes.append(_candidates("terms_docs", "terms", terms, relevance, gated=gated))
+        if lazy_rights:
+            ctes.append(_RIGHTS_OF_CANDIDATES)
         branches.append(_branch("terms", "terms_docs", [], order, limit, gated=gated))
     if strategy in (None, "scopes"):
         scopes = [
@@ -466,9 +484,10 @@ def _readable_query(
         branch = _branch("walk", "scope_message_search_docs", walk, order, limit, gated=gated)
         branches.insert(0, branch)
     how = "(SELECT p.how FROM plan p)" if gated else f"'{strategy}'"
+    sizes = "NULL::float8, NULL::float8" if lazy_rights else _SIZES
     statement = f"""
 WITH {",".join(ctes)}
-SELECT hits.*, {how}::text, {_SIZES} FROM ({" UNION ALL ".join(branches)}) hits
+SELECT hits.*, {how}::text, {sizes} FROM ({" UNION ALL ".join(branches)}) hits
 WHERE NOT EXISTS ({_BUILDING})"""
     return _opaque(statement), params
 
@@ -733,7 +752,7 @@ async def search(
             await conn.execute("SET jit = off", prepare=False)
             _without_jit.add(conn)
         rows = await conn.run_prepared(stmt, [_text(params.get(name)) for name in names])
-    if rows:
+    if rows and rows[0][-1] is not None:
         _remember_sizes(key, Sizes(float(rows[0][-2]), float(rows[0][-1])))
     hits = [
         Hit(ReadableMessage(message_from_row(r), r[15], r[16]), float(r[-4])) for r in rows[:limit]
