@@ -295,14 +295,19 @@ async def _play(database_url: str, data_dir: Path, world_steps: list[Step]) -> N
                         readable |= {
                             m["id"] for m in page["messages"] if matches(m["content"], parsed)
                         }
-                found = [h["message"]["id"] for h in await hits_of(viewer, "alpha")]
+                hits = await hits_of(viewer, "alpha")
+                found = [h["message"]["id"] for h in hits]
                 assert len(found) == len(set(found))
                 assert set(found) == readable
                 member = people[clients.index(viewer)].member
+                in_channel = {h["message"]["id"] for h in hits if h["scopeId"] == channel}
                 for strategy, sort in _EVERY_STRATEGY:
-                    assert await _stored_hits(node.database_url, member, strategy, sort) == set(
-                        found
-                    ), (strategy, sort)
+                    stored = await _stored_hits(node.database_url, member, strategy, sort)
+                    assert stored == set(found), (strategy, sort)
+                    stored = await _stored_hits(
+                        node.database_url, member, strategy, sort, scope_id=channel
+                    )
+                    assert stored == in_channel, (strategy, sort, "in the channel")
                 if viewer in (pa, pb) and found:
                     REACHED["private agent hit"] += 1
                 if len(scopes) > 1 and found:
@@ -321,11 +326,16 @@ _EVERY_STRATEGY: list[tuple[index.Strategy, index.Sort]] = [
 
 
 async def _stored_hits(
-    database_url: str, member: Member, strategy: index.Strategy, sort: index.Sort
+    database_url: str,
+    member: Member,
+    strategy: index.Strategy,
+    sort: index.Sort,
+    *,
+    scope_id: str | None = None,
 ) -> set[str]:
     """Every hit of "alpha" for ``member`` through one forced strategy."""
     viewer = Viewer(member, public_reader=False, grant_scopes=()).params()
-    filters = index.Filters(member.workspace_id)
+    filters = index.Filters(member.workspace_id, scope_id)
     found: set[str] = set()
     cursor = None
     async with await connect(database_url, autocommit=True) as conn:
