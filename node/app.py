@@ -237,15 +237,7 @@ async def first_run(services: Services, data_dir: Path) -> None:
         human = await directory.create_member(
             conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle="demo"
         )
-        await scopes.create_channel(
-            conn,
-            creator=human,
-            slug="general",
-            name="General",
-            visibility="public",
-            description="Everyone",
-            default=True,
-        )
+        await scopes.create_general(conn, human)
         token = await directory.issue_token(conn, human.id)
     await trio.to_thread.run_sync(_write_secret, token_file, token)
     _announce(services, workspace_id, token)

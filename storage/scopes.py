@@ -327,22 +327,27 @@ async def _default_channels(conn: TrioConnection, workspace_id: str) -> list[str
         return [str(row[0]) for row in await cur.fetchall()]
 
 
+async def create_general(conn: TrioConnection, creator: Member) -> str:
+    """The workspace's ``#general``: public, a default channel, founded by ``creator``."""
+    return await create_channel(
+        conn,
+        creator=creator,
+        slug="general",
+        name="General",
+        visibility="public",
+        description="Everyone",
+        default=True,
+    )
+
+
 async def _found_general(conn: TrioConnection, member: Member) -> str | None:
-    """Create the workspace's ``#general`` (a default) with ``member`` as its
-    founder; ``None`` when a ``#general`` exists or a concurrent creation
-    founded it first (the slug's unique index waited for that commit)."""
+    """Create the workspace's ``#general`` with ``member`` as its founder;
+    ``None`` when a ``#general`` exists or a concurrent creation founded it
+    first (the slug's unique index waited for that commit)."""
     if await channel_by_slug(conn, member.workspace_id, "general") is not None:
         return None
     try:
-        return await create_channel(
-            conn,
-            creator=member,
-            slug="general",
-            name="General",
-            visibility="public",
-            description="Everyone",
-            default=True,
-        )
+        return await create_general(conn, member)
     except UniqueViolation:
         return None
 
