@@ -60,7 +60,7 @@ class BadCursor(ValueError):
 # scopes, computed once per scope as scopes.viewer_for does (not once per row:
 # the planner would plan that lookup again at every place the predicate uses it).
 # ``docs`` (the scope's latest seq) sizes what the viewer could read.
-_RIGHTS = """
+_RIGHTS_OF = """
 rights AS MATERIALIZED (
     SELECT
         sc.id AS scope_id,
@@ -74,19 +74,18 @@ rights AS MATERIALIZED (
              ELSE ARRAY[sc.id, sc.parent_scope_id] END AS grant_scopes,
         sc.latest_seq AS docs
     FROM scopes sc
-    WHERE sc.id IN (SELECT scope_id FROM scopes_in)
+    WHERE {scopes}
 )"""
+_RIGHTS = _RIGHTS_OF.format(scopes="sc.id IN (SELECT scope_id FROM scopes_in)")
 # With a scope filter only that scope is a candidate (its size decides the strategy).
-_RIGHTS_ONE = _RIGHTS.replace(
-    "WHERE sc.id IN (SELECT scope_id FROM scopes_in)",
-    "WHERE sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id = %(scope_id)s",
+_RIGHTS_ONE = _RIGHTS_OF.format(
+    scopes="sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id = %(scope_id)s"
 )
 # A statement that takes its candidates from the text indexes alone (rare
 # terms) needs the rights of the scopes its candidates are in, not of every
 # scope the viewer reads: its candidates are already narrowed to those.
-_RIGHTS_OF_CANDIDATES = _RIGHTS.replace(
-    "WHERE sc.id IN (SELECT scope_id FROM scopes_in)",
-    "WHERE sc.id = ANY((SELECT array_agg(DISTINCT t.scope_id) FROM terms_docs t)::text[])",
+_RIGHTS_OF_CANDIDATES = _RIGHTS_OF.format(
+    scopes="sc.id = ANY((SELECT array_agg(DISTINCT t.scope_id) FROM terms_docs t)::text[])"
 )
 _PER_ROW = {
     "%(viewer_public)s": "sv.viewer_public",
