@@ -397,12 +397,10 @@ async def test_a_general_founded_between_two_reads_is_joined(
     #general commits after the second member found no default but before it
     looks the slug up. The second member joins that #general."""
     async with (
-        await connect(database_url, autocommit=True) as first_conn,
+        await connect(database_url) as first_conn,  # one open transaction until commit()
         await connect(database_url, autocommit=True) as second_conn,
     ):
-        workspace = await directory.create_workspace(first_conn, "race")
-        first_tx = first_conn.transaction()
-        await first_tx.__aenter__()
+        workspace = await directory.create_workspace(second_conn, "race")
         first = await directory.create_member(
             first_conn, workspace_id=workspace, type_=MemberType.HUMAN, handle="first"
         )
@@ -415,7 +413,7 @@ async def test_a_general_founded_between_two_reads_is_joined(
             found = await default_channels(conn, workspace_id)
             reads += 1
             if reads == 1:
-                await first_tx.__aexit__(None, None, None)
+                await first_conn.commit()
             return found
 
         monkeypatch.setattr(scopes, "_default_channels", commit_the_first_after_one_read)

@@ -176,64 +176,57 @@ async def test_load_every_member_gets_every_message_once_in_order(
     async with running_node(database_url, tmp_path) as node:
         world = await World.create(node)
         people: list[Person] = [await world.member(f"user{i}") for i in range(senders)]
-        async with trio.open_nursery() as setup:
-            contexts = [world.client(p) for p in people]
-            clients: list[Client] = [await context.__aenter__() for context in contexts]
-            try:
-                membership: dict[int, list[int]] = defaultdict(list)  # member -> scope indexes
-                slugs = []
-                for s in range(scopes_count):
-                    creator = s % senders
-                    slug = f"load{s}"
-                    others = [m for m in range(senders) if m != creator and rng.random() < 0.3]
-                    await make_channel(clients[creator], slug, *[clients[m] for m in others])
-                    slugs.append(slug)
-                    for m in [creator, *others]:
-                        membership[m].append(s)
-                expected: dict[int, int] = defaultdict(int)  # scope -> sends
+        async with opened([(world, person) for person in people]) as clients:
+            membership: dict[int, list[int]] = defaultdict(list)  # member -> scope indexes
+            slugs = []
+            for s in range(scopes_count):
+                creator = s % senders
+                slug = f"load{s}"
+                others = [m for m in range(senders) if m != creator and rng.random() < 0.3]
+                await make_channel(clients[creator], slug, *[clients[m] for m in others])
+                slugs.append(slug)
+                for m in [creator, *others]:
+                    membership[m].append(s)
+            expected: dict[int, int] = defaultdict(int)  # scope -> sends
 
-                plans = {
-                    m: [rng.choice(membership[m]) for _ in range(sends_per_sender)]
-                    for m in range(senders)
-                }
-                for targets in plans.values():
-                    for s in targets:
-                        expected[s] += 1
-                replies: list[dict[str, Any]] = []
+            plans = {
+                m: [rng.choice(membership[m]) for _ in range(sends_per_sender)]
+                for m in range(senders)
+            }
+            for targets in plans.values():
+                for s in targets:
+                    expected[s] += 1
+            replies: list[dict[str, Any]] = []
 
-                async def run_sender(m: int) -> None:
-                    for i, s in enumerate(plans[m]):
-                        replies.append(await clients[m].send(f"#{slugs[s]}", f"m{m}-{i}"))
+            async def run_sender(m: int) -> None:
+                for i, s in enumerate(plans[m]):
+                    replies.append(await clients[m].send(f"#{slugs[s]}", f"m{m}-{i}"))
 
-                with trio.fail_after(120):
-                    async with trio.open_nursery() as load:
-                        for m in range(senders):
-                            load.start_soon(run_sender, m)
-                assert len(replies) == senders * sends_per_sender
-                assert all(r["state"] == "sent" for r in replies)
-
-                async def collect(m: int) -> None:
-                    want = sum(expected[s] for s in membership[m])
-                    got: dict[str, list[int]] = defaultdict(list)
-                    count = 0
-                    while count < want:
-                        event = await clients[m].next_event(timeout=20)
-                        if event["type"] == "message":
-                            got[event["scopeId"]].append(event["message"]["seq"])
-                            count += 1
-                    for seqs in got.values():
-                        assert seqs == list(range(1, len(seqs) + 1))
-                    assert sorted(len(v) for v in got.values()) == sorted(
-                        expected[s] for s in membership[m] if expected[s]
-                    )
-
-                async with trio.open_nursery() as check:
+            with trio.fail_after(120):
+                async with trio.open_nursery() as load:
                     for m in range(senders):
-                        check.start_soon(collect, m)
-            finally:
-                for context in reversed(contexts):
-                    await context.__aexit__(None, None, None)
-            setup.cancel_scope.cancel()
+                        load.start_soon(run_sender, m)
+            assert len(replies) == senders * sends_per_sender
+            assert all(r["state"] == "sent" for r in replies)
+
+            async def collect(m: int) -> None:
+                want = sum(expected[s] for s in membership[m])
+                got: dict[str, list[int]] = defaultdict(list)
+                count = 0
+                while count < want:
+                    event = await clients[m].next_event(timeout=20)
+                    if event["type"] == "message":
+                        got[event["scopeId"]].append(event["message"]["seq"])
+                        count += 1
+                for seqs in got.values():
+                    assert seqs == list(range(1, len(seqs) + 1))
+                assert sorted(len(v) for v in got.values()) == sorted(
+                    expected[s] for s in membership[m] if expected[s]
+                )
+
+            async with trio.open_nursery() as check:
+                for m in range(senders):
+                    check.start_soon(collect, m)
 
 
 @asynccontextmanager
