@@ -25,7 +25,7 @@ import trio
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend
 from storage import applier
-from storage.pg import Pool, TrioConnection, reusable
+from storage.pg import Pool, TrioConnection, reusable, worth_keeping
 
 log = structlog.get_logger(__name__)
 
@@ -129,7 +129,7 @@ class GroupCommitter:
                 assert conn.autocommit, "the committer needs an autocommit pool"
                 await self._commit(conn, jobs)
             finally:
-                if reusable(conn) and not self._stopped:
+                if worth_keeping(conn) and not self._stopped:
                     self._kept.append(conn)
                 else:
                     await self._pool.give_back(conn)

@@ -205,17 +205,25 @@ async def _wait_ready(fileno: int, state: Wait, deadline: float) -> int:
     if (state & Wait.W or deadline != math.inf) and (ready := _ready_now(fileno, state)):
         await trio.lowlevel.checkpoint_if_cancelled()
         return ready
+    if deadline == math.inf:
+        # Every statement waits here: a cancel scope per wait was a measurable
+        # share of a send's CPU, and without a deadline it has nothing to do.
+        return await _wait_state(fileno, state)
     with trio.move_on_at(deadline):
-        if state == Wait.R:
-            await trio.lowlevel.wait_readable(fileno)
-            return Ready.R
-        if state == Wait.W:
-            await trio.lowlevel.wait_writable(fileno)
-            return Ready.W
-        if state == Wait.RW:
-            return await _wait_either(fileno)
-        raise e.InternalError(f"bad poll status: {state}")
+        return await _wait_state(fileno, state)
     return 0
+
+
+async def _wait_state(fileno: int, state: Wait) -> int:
+    if state == Wait.R:
+        await trio.lowlevel.wait_readable(fileno)
+        return Ready.R
+    if state == Wait.W:
+        await trio.lowlevel.wait_writable(fileno)
+        return Ready.W
+    if state == Wait.RW:
+        return await _wait_either(fileno)
+    raise e.InternalError(f"bad poll status: {state}")
 
 
 async def _wait_gen(gen: PQGen[RV], fileno: int, timeout: float | None = None) -> RV:
@@ -699,6 +707,14 @@ class Pool:
 def reusable(conn: TrioConnection) -> bool:
     """Whether a kept connection can run its owner's next statement as it is."""
     return _looks_healthy(conn)
+
+
+def worth_keeping(conn: TrioConnection) -> bool:
+    """Whether a connection that just answered may be kept for later, judged
+    from its state alone: :func:`reusable` looks at the socket again before
+    the next statement, so a poll here too would only repeat it."""
+    pgconn = conn.pgconn
+    return not conn.closed and pgconn.status == _CONN_OK and pgconn.transaction_status == _IDLE
 
 
 def _looks_healthy(conn: TrioConnection) -> bool:
