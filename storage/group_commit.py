@@ -92,11 +92,17 @@ class GroupCommitter:
         """Commit one actor's batch atomically (alone, or in a group statement)."""
         job = _Job(plans)
         if self._running < self._lanes and not self._queue:
-            self._running += 1
-            try:
-                await self._run_jobs([job])
-            finally:
-                self._lane_done()
+            # One pass of the scheduler first: batches other actors hand over
+            # in the same pass (their commands came in with this one) join
+            # this statement instead of taking the other lane alone.
+            self._queue.append(job)
+            await trio.lowlevel.checkpoint()
+            if self._queue and self._queue[0] is job and self._running < self._lanes:
+                self._running += 1
+                try:
+                    await self._run_jobs(self._take())
+                finally:
+                    self._lane_done()
         else:
             self._queue.append(job)
         await job.done.wait()
