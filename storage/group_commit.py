@@ -74,6 +74,9 @@ class GroupCommitter:
         # measurable part of a lone sender's latency.
         self._kept: list[TrioConnection] = []
         self._stopped = False
+        # Whether the last statement to end had company: other batches in it,
+        # in flight next to it or queued behind it.
+        self._company = False
         self.transactions = 0
         self.plans_committed = 0
 
@@ -91,18 +94,18 @@ class GroupCommitter:
     async def apply(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
         """Commit one actor's batch atomically (alone, or in a group statement)."""
         job = _Job(plans)
-        if self._running < self._lanes and not self._queue:
-            # One pass of the scheduler first: batches other actors hand over
-            # in the same pass (their commands came in with this one) join
-            # this statement instead of taking the other lane alone.
+        if self._running == 0 and not self._queue and not self._company:
+            await self._run_lane([job])
+        elif self._running < self._lanes and not self._queue:
+            # Others are sending (a statement is in flight, or the last one
+            # had company): one pass of the scheduler first, and the batches
+            # other actors hand over in that pass (their commands came in with
+            # this one) join this statement instead of each taking a lane
+            # alone. A lone sender never waits for it.
             self._queue.append(job)
             await trio.lowlevel.checkpoint()
             if self._queue and self._queue[0] is job and self._running < self._lanes:
-                self._running += 1
-                try:
-                    await self._run_jobs(self._take())
-                finally:
-                    self._lane_done()
+                await self._run_lane(self._take())
         else:
             self._queue.append(job)
         await job.done.wait()
@@ -110,6 +113,14 @@ class GroupCommitter:
             raise job.error
         assert job.result is not None
         return job.result
+
+    async def _run_lane(self, jobs: list[_Job]) -> None:
+        self._running += 1
+        try:
+            await self._run_jobs(jobs)
+        finally:
+            self._company = len(jobs) > 1 or self._running > 1 or bool(self._queue)
+            self._lane_done()
 
     def _lane_done(self) -> None:
         self._running -= 1
@@ -121,11 +132,7 @@ class GroupCommitter:
             if not self._queue or self._running >= self._lanes:
                 await self._lot.park()
                 continue
-            self._running += 1
-            try:
-                await self._run_jobs(self._take())
-            finally:
-                self._lane_done()
+            await self._run_lane(self._take())
 
     async def _run_jobs(self, jobs: list[_Job]) -> None:
         try:
