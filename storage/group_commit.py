@@ -80,6 +80,11 @@ class GroupCommitter:
         self.transactions = 0
         self.plans_committed = 0
 
+    @property
+    def in_flight(self) -> int:
+        """Statements running now."""
+        return self._running
+
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:

@@ -151,3 +151,70 @@ async def test_single_batches_still_commit(database_url: str, lanes: int) -> Non
             (done,) = await committer.apply([decision.plan])
             assert done.seq == n + 1
         nursery.cancel_scope.cancel()
+
+
+async def one_send_each(
+    store: PgScopeStore, author: Member, scope_ids: list[str]
+) -> list[MessagePlan]:
+    plans = []
+    for scope_id in scope_ids:
+        state = ScopeState(await store.load_scope(scope_id))
+        decision = state.decide(SendCommand(author, "x", "k", reply=lambda _: None), datetime.now(UTC))
+        assert isinstance(decision, Append)
+        plans.append(decision.plan)
+    return plans
+
+
+async def test_with_a_statement_in_flight_batches_handed_over_together_share_the_other_lane(
+    database_url: str,
+) -> None:
+    author, scope_ids = await channels(database_url, 8)
+    async with (
+        open_pool(database_url, size=4, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        committer = GroupCommitter(pool, lanes=2)
+        nursery.start_soon(committer.run)
+        plans = await one_send_each(PgScopeStore(pool), author, scope_ids)
+        seqs: list[int] = []
+
+        async def submit(plan: MessagePlan) -> None:
+            (done,) = await committer.apply([plan])
+            seqs.append(done.seq)
+
+        # Eight actors hand over in one scheduler pass: the first commits at
+        # once, alone; the other seven find it in flight and go as one
+        # statement on the second lane (not one alone there and six after).
+        async with trio.open_nursery() as senders:
+            for plan in plans:
+                senders.start_soon(submit, plan)
+        nursery.cancel_scope.cancel()
+    assert seqs == [1] * 8
+    assert committer.transactions == 2
+
+
+async def test_a_lone_sender_commits_each_batch_in_its_own_task_at_once(
+    database_url: str,
+) -> None:
+    author, scope_ids = await channels(database_url, 3)
+    async with (
+        open_pool(database_url, size=4, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        committer = GroupCommitter(pool, lanes=2)
+        nursery.start_soon(committer.run)
+        plans = await one_send_each(PgScopeStore(pool), author, scope_ids)
+        for plan in plans:
+            # No scheduler pass before the statement: a task started now
+            # first runs when the statement is already in flight.
+            seen: list[int] = []
+
+            async def bystander() -> None:
+                seen.append(committer.in_flight)
+
+            async with trio.open_nursery() as watcher:
+                watcher.start_soon(bystander)
+                await committer.apply([plan])
+            assert seen == [1]
+        nursery.cancel_scope.cancel()
+    assert committer.transactions == 3
