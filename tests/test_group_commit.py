@@ -159,7 +159,9 @@ async def one_send_each(
     plans = []
     for scope_id in scope_ids:
         state = ScopeState(await store.load_scope(scope_id))
-        decision = state.decide(SendCommand(author, "x", "k", reply=lambda _: None), datetime.now(UTC))
+        decision = state.decide(
+            SendCommand(author, "x", "k", reply=lambda _: None), datetime.now(UTC)
+        )
         assert isinstance(decision, Append)
         plans.append(decision.plan)
     return plans
@@ -204,17 +206,17 @@ async def test_a_lone_sender_commits_each_batch_in_its_own_task_at_once(
         committer = GroupCommitter(pool, lanes=2)
         nursery.start_soon(committer.run)
         plans = await one_send_each(PgScopeStore(pool), author, scope_ids)
+        seen: list[int] = []
+
+        async def bystander() -> None:
+            seen.append(committer.in_flight)
+
         for plan in plans:
             # No scheduler pass before the statement: a task started now
             # first runs when the statement is already in flight.
-            seen: list[int] = []
-
-            async def bystander() -> None:
-                seen.append(committer.in_flight)
-
             async with trio.open_nursery() as watcher:
                 watcher.start_soon(bystander)
                 await committer.apply([plan])
-            assert seen == [1]
+        assert seen == [1, 1, 1]
         nursery.cancel_scope.cancel()
     assert committer.transactions == 3
