@@ -53,11 +53,14 @@ class _Job:
 class GroupCommitter:
     """Commits actors' batches with at most ``lanes`` statements in flight.
 
-    A batch that finds a free lane and nothing queued commits at once in its
-    caller's task (a lone sender pays no hand-over and no wait). Otherwise it
-    queues, and the next lane to come free takes everything queued as one
-    statement: the batch size follows the load, with no timer. An actor has
-    at most one batch here at a time, so two lanes never hold the same scope.
+    A batch that finds every lane free, nothing queued and no sign of other
+    senders commits at once in its caller's task (a lone sender pays no
+    hand-over and no wait). One that finds a lane free while others send
+    waits one scheduler pass in the queue and then takes the lane with
+    everything queued meanwhile. Otherwise it queues, and the next lane to
+    come free takes everything queued as one statement: the batch size follows
+    the load, with no timer. An actor has at most one batch here at a time, so
+    two lanes never hold the same scope.
     """
 
     def __init__(self, pool: Pool, *, lanes: int = 1, max_plans: int = 512) -> None:
