@@ -111,7 +111,11 @@ class GroupCommitter:
             # this one) join this statement instead of each taking a lane
             # alone. A lone sender never waits for it.
             self._queue.append(job)
-            await trio.lowlevel.checkpoint()
+            try:
+                await trio.lowlevel.checkpoint()
+            except BaseException:
+                self._withdraw(job)
+                raise
             if self._queue and self._queue[0] is job and self._running < self._lanes:
                 await self._run_lane(self._take())
         else:
@@ -121,6 +125,15 @@ class GroupCommitter:
             raise job.error
         assert job.result is not None
         return job.result
+
+    def _withdraw(self, job: _Job) -> None:
+        """Take back a batch cancelled before any lane took it; whatever others
+        queued behind it meanwhile goes to a lane server (with no statement in
+        flight, no lane would come free to take it)."""
+        if job in self._queue:
+            self._queue.remove(job)
+        if self._queue:
+            self._lot.unpark()
 
     async def _run_lane(self, jobs: list[_Job]) -> None:
         self._running += 1

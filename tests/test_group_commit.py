@@ -220,3 +220,30 @@ async def test_a_lone_sender_commits_each_batch_in_its_own_task_at_once(
         assert seen == [1, 1, 1]
         nursery.cancel_scope.cancel()
     assert committer.transactions == 3
+
+
+async def test_a_batch_cancelled_before_its_lane_leaves_the_committer_working(
+    database_url: str,
+) -> None:
+    author, scope_ids = await channels(database_url, 5)
+    async with (
+        open_pool(database_url, size=4, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        committer = GroupCommitter(pool, lanes=2)
+        nursery.start_soon(committer.run)
+        plans = await one_send_each(PgScopeStore(pool), author, scope_ids)
+        # Three batches handed over together: the last statement had company,
+        # so the next batch waits a scheduler pass before taking a lane.
+        async with trio.open_nursery() as senders:
+            for plan in plans[:3]:
+                senders.start_soon(committer.apply, [plan])
+        assert committer.in_flight == 0
+        with trio.CancelScope() as gone:
+            gone.cancel()
+            await committer.apply([plans[3]])
+        with trio.fail_after(10):
+            (done,) = await committer.apply([plans[4]])
+        nursery.cancel_scope.cancel()
+    assert done.seq == 1
+    assert committer.plans_committed == 4  # the cancelled batch never ran
