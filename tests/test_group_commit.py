@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import psycopg
@@ -153,32 +155,36 @@ async def test_single_batches_still_commit(database_url: str, lanes: int) -> Non
         nursery.cancel_scope.cancel()
 
 
-async def one_send_each(
-    store: PgScopeStore, author: Member, scope_ids: list[str]
-) -> list[MessagePlan]:
-    plans = []
-    for scope_id in scope_ids:
-        state = ScopeState(await store.load_scope(scope_id))
-        decision = state.decide(
-            SendCommand(author, "x", "k", reply=lambda _: None), datetime.now(UTC)
-        )
-        assert isinstance(decision, Append)
-        plans.append(decision.plan)
-    return plans
-
-
-async def test_with_a_statement_in_flight_batches_handed_over_together_share_the_other_lane(
-    database_url: str,
-) -> None:
-    author, scope_ids = await channels(database_url, 8)
+@asynccontextmanager
+async def two_lanes(
+    database_url: str, scopes_count: int
+) -> AsyncIterator[tuple[GroupCommitter, list[MessagePlan]]]:
+    """A running two-lane committer and one planned send for each of
+    ``scopes_count`` fresh channels."""
+    author, scope_ids = await channels(database_url, scopes_count)
     async with (
         open_pool(database_url, size=4, configure=autocommit) as pool,
         trio.open_nursery() as nursery,
     ):
         committer = GroupCommitter(pool, lanes=2)
         nursery.start_soon(committer.run)
-        plans = await one_send_each(PgScopeStore(pool), author, scope_ids)
-        seqs: list[int] = []
+        store = PgScopeStore(pool)
+        plans = []
+        for scope_id in scope_ids:
+            state = ScopeState(await store.load_scope(scope_id))
+            cmd = SendCommand(author, "x", "k", reply=lambda _: None)
+            decision = state.decide(cmd, datetime.now(UTC))
+            assert isinstance(decision, Append)
+            plans.append(decision.plan)
+        yield committer, plans
+        nursery.cancel_scope.cancel()
+
+
+async def test_with_a_statement_in_flight_batches_handed_over_together_share_the_other_lane(
+    database_url: str,
+) -> None:
+    seqs: list[int] = []
+    async with two_lanes(database_url, 8) as (committer, plans):
 
         async def submit(plan: MessagePlan) -> None:
             (done,) = await committer.apply([plan])
@@ -190,7 +196,6 @@ async def test_with_a_statement_in_flight_batches_handed_over_together_share_the
         async with trio.open_nursery() as senders:
             for plan in plans:
                 senders.start_soon(submit, plan)
-        nursery.cancel_scope.cancel()
     assert seqs == [1] * 8
     assert committer.transactions == 2
 
@@ -198,15 +203,8 @@ async def test_with_a_statement_in_flight_batches_handed_over_together_share_the
 async def test_a_lone_sender_commits_each_batch_in_its_own_task_at_once(
     database_url: str,
 ) -> None:
-    author, scope_ids = await channels(database_url, 3)
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        committer = GroupCommitter(pool, lanes=2)
-        nursery.start_soon(committer.run)
-        plans = await one_send_each(PgScopeStore(pool), author, scope_ids)
-        seen: list[int] = []
+    seen: list[int] = []
+    async with two_lanes(database_url, 3) as (committer, plans):
 
         async def bystander() -> None:
             seen.append(committer.in_flight)
@@ -217,22 +215,14 @@ async def test_a_lone_sender_commits_each_batch_in_its_own_task_at_once(
             async with trio.open_nursery() as watcher:
                 watcher.start_soon(bystander)
                 await committer.apply([plan])
-        assert seen == [1, 1, 1]
-        nursery.cancel_scope.cancel()
+    assert seen == [1, 1, 1]
     assert committer.transactions == 3
 
 
 async def test_a_batch_cancelled_before_its_lane_leaves_the_committer_working(
     database_url: str,
 ) -> None:
-    author, scope_ids = await channels(database_url, 5)
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        committer = GroupCommitter(pool, lanes=2)
-        nursery.start_soon(committer.run)
-        plans = await one_send_each(PgScopeStore(pool), author, scope_ids)
+    async with two_lanes(database_url, 5) as (committer, plans):
         # Three batches handed over together: the last statement had company,
         # so the next batch waits a scheduler pass before taking a lane.
         async with trio.open_nursery() as senders:
@@ -244,6 +234,5 @@ async def test_a_batch_cancelled_before_its_lane_leaves_the_committer_working(
             await committer.apply([plans[3]])
         with trio.fail_after(10):
             (done,) = await committer.apply([plans[4]])
-        nursery.cancel_scope.cancel()
     assert done.seq == 1
     assert committer.plans_committed == 4  # the cancelled batch never ran
