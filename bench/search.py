@@ -57,11 +57,14 @@ COPY_DOCS = (
     " author_member_id, body, created_at) FROM STDIN"
 )
 CJK = "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自可过天能对着"
-TEXT_INDEXES = {
-    "scope_message_search_docs_tsv_idx": "USING gin (body_tsv)",
-    "scope_message_search_docs_trgm_idx": "USING gin (body gin_trgm_ops)",
-    "scope_message_search_docs_cjk_idx": "USING gin (scopenode_cjk_bigrams(body))",
-}
+# The send comparison drops these and creates them again as the schema
+# defines them (their definitions are read from the database).
+TEXT_INDEXES = (
+    "scope_message_search_docs_tsv_idx",
+    "scope_message_search_docs_trgm_idx",
+    "scope_message_search_docs_cjk_idx",
+)
+_DEFINITIONS = "SELECT indexname, indexdef FROM pg_indexes WHERE indexname = ANY(%s)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -299,15 +302,21 @@ async def _send_lane(client: Any, target: str, lane: int, count: int) -> None:
 SEND_ROUNDS = 2
 
 
+async def _text_indexes(conn: TrioConnection) -> list[str]:
+    rows = await (await conn.execute(_DEFINITIONS, (list(TEXT_INDEXES),))).fetchall()
+    assert len(rows) == len(TEXT_INDEXES), rows
+    return [str(definition) for _, definition in rows]
+
+
 async def _drop_text_indexes(conn: TrioConnection) -> None:
     for name in TEXT_INDEXES:
         await conn.execute(f"DROP INDEX {name}")
 
 
-async def _create_text_indexes(conn: TrioConnection) -> None:
+async def _create_text_indexes(conn: TrioConnection, definitions: list[str]) -> None:
     await conn.execute("SET maintenance_work_mem = '1GB'")
-    for name, how in TEXT_INDEXES.items():
-        await conn.execute(f"CREATE INDEX {name} ON scope_message_search_docs {how}")
+    for definition in definitions:
+        await conn.execute(definition.encode())
     await conn.execute("RESET maintenance_work_mem")
 
 
@@ -319,15 +328,19 @@ async def _send_rounds(conn: TrioConnection, client: Any, target: str, n: int) -
     one otherwise. The indexes are back at the end."""
     with_index: list[float] = []
     without_index: list[float] = []
+    definitions = await _text_indexes(conn)
     indexed = True
     for phase in range(2 * SEND_ROUNDS):
         want = phase % 4 in (0, 3)
         if want != indexed:
-            await (_create_text_indexes if want else _drop_text_indexes)(conn)
+            if want:
+                await _create_text_indexes(conn, definitions)
+            else:
+                await _drop_text_indexes(conn)
             indexed = want
         (with_index if want else without_index).append(await _sends(client, target, n))
     if not indexed:
-        await _create_text_indexes(conn)
+        await _create_text_indexes(conn, definitions)
     return {
         "with_index": with_index,
         "without_index": without_index,

@@ -182,7 +182,10 @@ def _term_condition(
         # the pattern checks them, as a function call: as an operator the
         # trigram index would be scanned whole for it.
         params[f"{name}_pairs"] = pairs
-        return f"scopenode_cjk_bigrams(d.body) @> %({name}_pairs)s::text[] AND {checked}"
+        return (
+            f"d.body ~ '{CJK_CHARACTER}'"
+            f" AND scopenode_cjk_bigrams(d.body) @> %({name}_pairs)s::text[] AND {checked}"
+        )
     return f"d.body ILIKE %({name})s"
 
 
@@ -610,6 +613,9 @@ class TermStats:
 
 # The characters scopenode_cjk_bigrams() pairs (storage/schema_v9_cjk_bigrams.sql).
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+# The same class as SQL text, exactly as the partial index's predicate states
+# it (migration 10): a query names it so that PostgreSQL may use that index.
+CJK_CHARACTER = "[" + _CJK.encode("unicode_escape").decode() + "]"
 _CJK_PAIR = re.compile(f"(?=([{_CJK}]{{2}}))")
 
 

@@ -133,6 +133,32 @@ async def test_the_cjk_pairs_of_python_and_the_index_agree(database_url: str) ->
             assert sorted(row[0]) == index.cjk_bigrams(text), text
 
 
+async def test_a_cjk_pair_is_found_through_the_partial_index_of_pairs(database_url: str) -> None:
+    """The index of CJK pairs holds only documents with CJK characters; the
+    term's condition states that predicate, so the index still serves it."""
+    parsed = parse("发布")
+    statement, params = index.build_query(
+        parsed, index.Filters("ws_none"), {}, sort="recent", limit=20, after=None, raw=True
+    )
+    async with await connect(database_url) as conn:
+        # Left only the scan of the whole table (made dear) or the partial
+        # index: PostgreSQL takes the index only if the query implies its
+        # predicate. Rolled back.
+        await conn.execute("DROP INDEX scope_message_search_docs_recent_idx")
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        cur = await conn.execute("EXPLAIN " + statement, params)  # type: ignore[arg-type]
+        plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+        await conn.rollback()
+        cur = await conn.execute(
+            "SELECT pg_get_expr(x.indpred, x.indrelid) FROM pg_index x"
+            " WHERE x.indexrelid = 'scope_message_search_docs_cjk_idx'::regclass"
+        )
+        predicate = (await cur.fetchone() or [None])[0]
+    assert "scope_message_search_docs_cjk_idx" in plan, plan
+    assert predicate is not None
+    assert index.CJK_CHARACTER in str(predicate)
+
+
 async def test_the_strategy_choice_of_python_and_the_statement_agree(database_url: str) -> None:
     """``pick`` (the choice a viewer's later searches make in Python) and the
     statement's own ``plan`` choose alike for the same sizes and terms."""
