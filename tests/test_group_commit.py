@@ -37,17 +37,26 @@ async def channels(database_url: str, count: int) -> tuple[Member, list[str]]:
     return author, scope_ids
 
 
-async def test_batches_of_many_scopes_commit_together_and_a_miss_fails_alone(
-    database_url: str,
-) -> None:
-    author, scope_ids = await channels(database_url, 8)
+@asynccontextmanager
+async def running(
+    database_url: str, lanes: int
+) -> AsyncIterator[tuple[GroupCommitter, PgScopeStore]]:
+    """A committer with ``lanes`` lanes, running until the block ends."""
     async with (
         open_pool(database_url, size=4, configure=autocommit) as pool,
         trio.open_nursery() as nursery,
     ):
-        committer = GroupCommitter(pool, lanes=1)
+        committer = GroupCommitter(pool, lanes=lanes)
         nursery.start_soon(committer.run)
-        store = PgScopeStore(pool)
+        yield committer, PgScopeStore(pool)
+        nursery.cancel_scope.cancel()
+
+
+async def test_batches_of_many_scopes_commit_together_and_a_miss_fails_alone(
+    database_url: str,
+) -> None:
+    author, scope_ids = await channels(database_url, 8)
+    async with running(database_url, lanes=1) as (committer, store):
         now = datetime.now(UTC)
         batches: list[list[MessagePlan]] = []
         for index, scope_id in enumerate(scope_ids):
@@ -72,7 +81,6 @@ async def test_batches_of_many_scopes_commit_together_and_a_miss_fails_alone(
         async with trio.open_nursery() as senders:
             for scope_id, plans in zip(scope_ids, batches, strict=True):
                 senders.start_soon(submit, scope_id, plans)
-        nursery.cancel_scope.cancel()
     assert isinstance(outcomes[scope_ids[2]], FenceLost)
     for scope_id in scope_ids[:2] + scope_ids[3:7]:
         assert [c.seq for c in outcomes[scope_id]] == [1]  # type: ignore[attr-defined]
@@ -94,13 +102,7 @@ async def test_an_existing_key_in_a_group_answers_already_sent_for_that_scope_on
     database_url: str,
 ) -> None:
     author, scope_ids = await channels(database_url, 3)
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        committer = GroupCommitter(pool, lanes=1)
-        nursery.start_soon(committer.run)
-        store = PgScopeStore(pool)
+    async with running(database_url, lanes=1) as (committer, store):
         now = datetime.now(UTC)
         first = ScopeState(await store.load_scope(scope_ids[0]))
         decision = first.decide(SendCommand(author, "x", "dup", reply=lambda _: None), now)
@@ -128,7 +130,6 @@ async def test_an_existing_key_in_a_group_answers_already_sent_for_that_scope_on
         async with trio.open_nursery() as senders:
             for plan in plans:
                 senders.start_soon(submit, plan)
-        nursery.cancel_scope.cancel()
     races = [o for o in outcomes if isinstance(o, IdempotencyRace)]
     assert len(races) == 1
     assert races[0].record.seq == 1
@@ -138,13 +139,8 @@ async def test_an_existing_key_in_a_group_answers_already_sent_for_that_scope_on
 @pytest.mark.parametrize("lanes", [1, 3])
 async def test_single_batches_still_commit(database_url: str, lanes: int) -> None:
     author, (scope_id,) = await channels(database_url, 1)
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        committer = GroupCommitter(pool, lanes=lanes)
-        nursery.start_soon(committer.run)
-        state = ScopeState(await PgScopeStore(pool).load_scope(scope_id))
+    async with running(database_url, lanes) as (committer, store):
+        state = ScopeState(await store.load_scope(scope_id))
         for n in range(3):
             decision = state.decide(
                 SendCommand(author, "x", f"k{n}", reply=lambda _: None), datetime.now(UTC)
@@ -152,7 +148,6 @@ async def test_single_batches_still_commit(database_url: str, lanes: int) -> Non
             assert isinstance(decision, Append)
             (done,) = await committer.apply([decision.plan])
             assert done.seq == n + 1
-        nursery.cancel_scope.cancel()
 
 
 @asynccontextmanager
@@ -162,13 +157,7 @@ async def two_lanes(
     """A running two-lane committer and one planned send for each of
     ``scopes_count`` fresh channels."""
     author, scope_ids = await channels(database_url, scopes_count)
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        committer = GroupCommitter(pool, lanes=2)
-        nursery.start_soon(committer.run)
-        store = PgScopeStore(pool)
+    async with running(database_url, lanes=2) as (committer, store):
         plans = []
         for scope_id in scope_ids:
             state = ScopeState(await store.load_scope(scope_id))
@@ -177,7 +166,6 @@ async def two_lanes(
             assert isinstance(decision, Append)
             plans.append(decision.plan)
         yield committer, plans
-        nursery.cancel_scope.cancel()
 
 
 async def test_with_a_statement_in_flight_batches_handed_over_together_share_the_other_lane(
