@@ -64,7 +64,6 @@ TEXT_INDEXES = (
     "scope_message_search_docs_trgm_idx",
     "scope_message_search_docs_cjk_idx",
 )
-_DEFINITIONS = "SELECT indexname, indexdef FROM pg_indexes WHERE indexname = ANY(%s)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -232,19 +231,34 @@ async def _indexes_dropped(
 ) -> AsyncIterator[dict[str, float]]:
     """Drop the tables' secondary indexes for the block, then create them again
     exactly as they were (with room to sort in memory); times both parts."""
-    rows = await (await conn.execute(_SECONDARY_INDEXES, (list(tables),))).fetchall()
+    found = await _secondary_indexes(conn, tables)
     timing: dict[str, float] = {}
-    for name, _ in rows:
-        await conn.execute(f'DROP INDEX "{name}"')
+    await _drop_indexes(conn, found)
     started = time.monotonic()
     yield timing
     timing["copy_s"] = round(time.monotonic() - started, 1)
     started = time.monotonic()
-    await conn.execute("SET maintenance_work_mem = '1GB'")
-    for _, definition in rows:
-        await conn.execute(definition)
-    await conn.execute("RESET maintenance_work_mem")
+    await _create_indexes(conn, found)
     timing["index_s"] = round(time.monotonic() - started, 1)
+
+
+async def _secondary_indexes(conn: TrioConnection, tables: tuple[str, ...]) -> dict[str, str]:
+    """Name -> definition of the tables' secondary indexes."""
+    rows = await (await conn.execute(_SECONDARY_INDEXES, (list(tables),))).fetchall()
+    return {str(name): str(definition) for name, definition in rows}
+
+
+async def _drop_indexes(conn: TrioConnection, indexes: dict[str, str]) -> None:
+    for name in indexes:
+        await conn.execute(f'DROP INDEX "{name}"'.encode())
+
+
+async def _create_indexes(conn: TrioConnection, indexes: dict[str, str]) -> None:
+    """Create ``indexes`` again from their definitions, with room to sort in memory."""
+    await conn.execute("SET maintenance_work_mem = '1GB'")
+    for definition in indexes.values():
+        await conn.execute(definition.encode())
+    await conn.execute("RESET maintenance_work_mem")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -302,24 +316,6 @@ async def _send_lane(client: Any, target: str, lane: int, count: int) -> None:
 SEND_ROUNDS = 2
 
 
-async def _text_indexes(conn: TrioConnection) -> list[str]:
-    rows = await (await conn.execute(_DEFINITIONS, (list(TEXT_INDEXES),))).fetchall()
-    assert len(rows) == len(TEXT_INDEXES), rows
-    return [str(definition) for _, definition in rows]
-
-
-async def _drop_text_indexes(conn: TrioConnection) -> None:
-    for name in TEXT_INDEXES:
-        await conn.execute(f"DROP INDEX {name}")
-
-
-async def _create_text_indexes(conn: TrioConnection, definitions: list[str]) -> None:
-    await conn.execute("SET maintenance_work_mem = '1GB'")
-    for definition in definitions:
-        await conn.execute(definition.encode())
-    await conn.execute("RESET maintenance_work_mem")
-
-
 async def _send_rounds(conn: TrioConnection, client: Any, target: str, n: int) -> dict[str, Any]:
     """Sends with the text indexes and without them for SEND_ROUNDS rounds,
     the order flipped each round (with, without, without, with): consecutive
@@ -328,19 +324,20 @@ async def _send_rounds(conn: TrioConnection, client: Any, target: str, n: int) -
     one otherwise. The indexes are back at the end."""
     with_index: list[float] = []
     without_index: list[float] = []
-    definitions = await _text_indexes(conn)
+    found = await _secondary_indexes(conn, ("scope_message_search_docs",))
+    text_indexes = {name: found[name] for name in TEXT_INDEXES}
     indexed = True
     for phase in range(2 * SEND_ROUNDS):
         want = phase % 4 in (0, 3)
         if want != indexed:
             if want:
-                await _create_text_indexes(conn, definitions)
+                await _create_indexes(conn, text_indexes)
             else:
-                await _drop_text_indexes(conn)
+                await _drop_indexes(conn, text_indexes)
             indexed = want
         (with_index if want else without_index).append(await _sends(client, target, n))
     if not indexed:
-        await _create_text_indexes(conn, definitions)
+        await _create_indexes(conn, text_indexes)
     return {
         "with_index": with_index,
         "without_index": without_index,

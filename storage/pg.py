@@ -724,9 +724,9 @@ def _looks_healthy(conn: TrioConnection) -> bool:
     notification or parameter change, or said goodbye and closed: read what
     is there and look at the resulting state.
     """
-    pgconn = conn.pgconn
-    if conn.closed or pgconn.status != _CONN_OK or pgconn.transaction_status != _IDLE:
+    if not worth_keeping(conn):
         return False
+    pgconn = conn.pgconn
     try:
         # A terminated backend first sends its FATAL message, then EOF: keep
         # reading while there is something to read (bounded: a live server
