@@ -11,6 +11,8 @@ import time
 from collections import Counter
 from typing import Any
 
+import trio
+
 from bench.client import open_session
 from bench.stats import Latency
 from bench.workloads.common import Env, WorkloadResult, create_channel
@@ -32,27 +34,32 @@ async def run(env: Env, *, messages: int, duration_s: float) -> WorkloadResult:
         t0 = time.monotonic()
         deadline = t0 + duration_s
         sent = 0
-        for i in range(messages):
-            fields: dict[str, Any] = {
-                "target": f"scope:{scope}",
-                "content": f"latency {i} {CONTENT_PAD}",
-                "clientMessageId": f"lat-{env.seed}-{i}",
-                "freshness": {"targetKey": target_key, "seenUpToSeq": seen},
-            }
-            start = time.perf_counter_ns()
-            result = await s.request("send", **fields)
-            lat.record_ns(time.perf_counter_ns() - start)
-            state = str(result.get("state"))
-            states[state] += 1
-            target_key = str(result.get("targetKey", target_key))
-            if state in ("sent", "already_sent"):
-                seen = int(result["acceptedSeq"])
-            else:
-                seen = int(result.get("needsRefreshUntilSeq") or result.get("latestSeq") or seen)
-            sent += 1
-            env.progress.update(sent)
-            if time.monotonic() > deadline:
-                break
+        # One bound for the whole loop, none per request: a cancel scope per
+        # send would be timed with it.
+        with trio.fail_after(duration_s + env.timeout_s):
+            for i in range(messages):
+                fields: dict[str, Any] = {
+                    "target": f"scope:{scope}",
+                    "content": f"latency {i} {CONTENT_PAD}",
+                    "clientMessageId": f"lat-{env.seed}-{i}",
+                    "freshness": {"targetKey": target_key, "seenUpToSeq": seen},
+                }
+                start = time.perf_counter_ns()
+                result = await s.request("send", None, **fields)
+                lat.record_ns(time.perf_counter_ns() - start)
+                state = str(result.get("state"))
+                states[state] += 1
+                target_key = str(result.get("targetKey", target_key))
+                if state in ("sent", "already_sent"):
+                    seen = int(result["acceptedSeq"])
+                else:
+                    seen = int(
+                        result.get("needsRefreshUntilSeq") or result.get("latestSeq") or seen
+                    )
+                sent += 1
+                env.progress.update(sent)
+                if time.monotonic() > deadline:
+                    break
         elapsed = time.monotonic() - t0
         cpu.stop()
     env.progress.close()

@@ -62,8 +62,10 @@ async def run(
             for k in range(per_sender):
                 start = time.perf_counter_ns()
                 try:
+                    # No per-request timeout: the phase's own deadline bounds it.
                     result = await s.request(
                         "send",
+                        None,
                         target=target,
                         content=f"tp {i} {k} {CONTENT_PAD}",
                         clientMessageId=f"tp-{env.seed}-{i}-{k}",
