@@ -6,9 +6,11 @@ Plain frozen dataclasses: no I/O, no database, cheap to build in tests.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 
 class MemberType(enum.StrEnum):
@@ -114,8 +116,7 @@ class ScopeInfo:
     channel_owner_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
+class StoredMessage(msgspec.Struct, frozen=True):
     """A committed message row (what history and events show)."""
 
     id: str
@@ -128,7 +129,7 @@ class StoredMessage:
     created_at: datetime
     client_message_id: str | None = None
     digest: bytes | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     mentions: tuple[str, ...] = ()
     # docs/design.md#edits-and-deletes: 0 until edited; a deleted row is a tombstone.
     revision: int = 0
@@ -136,8 +137,7 @@ class StoredMessage:
     deleted_at: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class IdempotencyRecord:
+class IdempotencyRecord(msgspec.Struct, frozen=True):
     message_id: str
     seq: int
     digest: bytes

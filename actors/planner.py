@@ -8,9 +8,11 @@ member of the roster is or is not a recipient (``Explain``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from actors.mentions import MentionMode, live_handles
 from actors.model import (
@@ -30,8 +32,7 @@ _NEVER_WAKE = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class MessageIntent:
+class MessageIntent(msgspec.Struct, frozen=True):
     scope_id: str
     workspace_id: str
     message_id: str
@@ -43,7 +44,7 @@ class MessageIntent:
     recipients: tuple[str, ...] = ()
     mention_mode: MentionMode = MentionMode.NORMAL
     attachment_ids: tuple[str, ...] = ()
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = msgspec.field(default_factory=dict)
     # A chunk of a logical send: live mentions are parsed on the whole logical
     # content and restricted to this chunk (a fence opened in an earlier chunk
     # keeps its tokens inert). None: parse ``content``.
@@ -53,8 +54,7 @@ class MessageIntent:
     sources: tuple[SourceSpec, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ScopeContext:
+class ScopeContext(msgspec.Struct, frozen=True):
     visibility: VisibilityContext
     notification: Mapping[str, NotificationState]
     latest_seq: int
@@ -88,16 +88,14 @@ class MembershipMutation:
     read_through_message: bool  # last_read_seq = the message's seq (the poster's own)
 
 
-@dataclass(frozen=True, slots=True)
-class RecipientExplain:
+class RecipientExplain(msgspec.Struct, frozen=True):
     member_id: str
     reader: bool
     wake: bool
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Explain:
+class Explain(msgspec.Struct, frozen=True):
     recipients: tuple[RecipientExplain, ...]
     # Threads: (member id, admitted, reason) for the poster and every private
     # agent this send addressed (admitted or why not).
@@ -141,8 +139,7 @@ class Explain:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxEvent:
+class OutboxEvent(msgspec.Struct, frozen=True):
     fanout_type: str
     dedupe_key: str
     delivery_policy: DeliveryPolicy
@@ -150,8 +147,7 @@ class OutboxEvent:
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class MessagePlan:
+class MessagePlan(msgspec.Struct, frozen=True):
     intent: MessageIntent
     author: Member
     seq: int
@@ -490,7 +486,7 @@ def plan_edit(
     metadata.pop("mentions", None)
     if mentioned:
         metadata["mentions"] = sorted(mentioned)
-    message = replace(
+    message = msgspec.structs.replace(
         stored,
         content=content,
         metadata=metadata,
@@ -555,7 +551,7 @@ def plan_delete(
     stored: StoredMessage, actor: Member, scope: ScopeContext, at: datetime
 ) -> MutationPlan:
     """Turn ``stored`` into a tombstone; its readers are told, nobody is woken."""
-    message = replace(stored, content="", metadata={}, mentions=(), deleted_at=at)
+    message = msgspec.structs.replace(stored, content="", metadata={}, mentions=(), deleted_at=at)
     outbox = (
         OutboxEvent(
             "mutation", f"delete:{stored.id}", DeliveryPolicy.WORKER_FIRST_MUTATION, reason="delete"

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+import msgspec
+
 from actors.model import (
     IdempotencyRecord,
     Member,
@@ -47,8 +49,7 @@ class ScopeMissing(Exception):
     """The scope does not exist."""
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedSend:
+class CommittedSend(msgspec.Struct, frozen=True):
     message_id: str
     seq: int
     global_seq: int

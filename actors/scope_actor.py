@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import structlog
 import trio
 
@@ -605,11 +606,15 @@ class ScopeActor:
             raise _conflict(outcome.revision, deleted=outcome.deleted)
         # The database's time of the write is what readers are shown.
         if plan.kind == "edit":
-            plan = replace(plan, message=replace(plan.message, edited_at=outcome.at))
+            plan = replace(
+                plan, message=msgspec.structs.replace(plan.message, edited_at=outcome.at)
+            )
             shown = summaries_by_reader(outcome.reactions, plan.readers, state.members)
             outcome = replace(outcome, reactions_shown=shown)
         else:
-            plan = replace(plan, message=replace(plan.message, deleted_at=outcome.at))
+            plan = replace(
+                plan, message=msgspec.structs.replace(plan.message, deleted_at=outcome.at)
+            )
         with self._publisher.batch():
             self._publisher.publish_mutation(plan, outcome)
         log.debug(

@@ -30,11 +30,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import msgspec
+
 from actors.model import Member, Membership, PrivateGrant
 
 
-@dataclass(frozen=True, slots=True)
-class Readable:
+class Readable(msgspec.Struct, frozen=True):
     reason: str
     grant_id: str | None = None
 
