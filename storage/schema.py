@@ -30,6 +30,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (8, "search_scale", "schema_v8_search_scale.sql"),
     (9, "cjk_bigrams", "schema_v9_cjk_bigrams.sql"),
     (10, "cjk_partial", "schema_v10_cjk_partial.sql"),
+    (11, "drop_author_index", "schema_v11_drop_author_index.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators
 _BOOKKEEPING = "schema_migrations"
