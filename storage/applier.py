@@ -326,6 +326,16 @@ def _group_row(ord_: int, k: int, plan: MessagePlan) -> dict[str, Any]:
 ChainOutcome = list[CommittedSend] | FenceLost | IdempotencyRace
 
 
+def group_values(chains: Sequence[Sequence[MessagePlan]]) -> list[bytes | None]:
+    """The group statement's parameters, text-encoded: one JSON row per plan,
+    numbered in chain order (``ord``) and within its chain (``k``)."""
+    rows: list[dict[str, Any]] = []
+    for chain in chains:
+        for k, plan in enumerate(chain):
+            rows.append(_group_row(len(rows), k, plan))
+    return [_encoder.encode(rows), _WAKE_RETRY_TEXT, _REPLAY_TEXT]
+
+
 async def apply_chains(
     conn: TrioConnection, chains: Sequence[Sequence[MessagePlan]]
 ) -> list[ChainOutcome]:
@@ -335,15 +345,8 @@ async def apply_chains(
     Returns per chain its results, or the idempotency hit / fence miss that
     made it write nothing. ``conn`` must be in autocommit mode.
     """
-    rows = []
-    flat: list[MessagePlan] = []
-    for chain in chains:
-        for k, plan in enumerate(chain):
-            rows.append(_group_row(len(flat), k, plan))
-            flat.append(plan)
-    params = (_encoder.encode(rows), _WAKE_RETRY_TEXT, _REPLAY_TEXT)
     with map_errors():
-        found = {row[1]: row for row in await conn.run_prepared(_GROUP, params)}
+        found = {row[1]: row for row in await conn.run_prepared(_GROUP, group_values(chains))}
     out: list[ChainOutcome] = []
     base = 0
     for chain in chains:
