@@ -1,6 +1,8 @@
 """Domain values shared by the actor, Policy, Planner and the storage layer.
 
-Plain frozen dataclasses: no I/O, no database, cheap to build in tests.
+Plain frozen values: no I/O, no database, cheap to build in tests. Those built
+for every send are frozen msgspec Structs (their ``__init__`` is several times
+cheaper than a frozen dataclass's); the rest are frozen dataclasses.
 """
 
 from __future__ import annotations
