@@ -6,8 +6,9 @@ frequencies, ``--cjk`` of the messages in Chinese) with the secondary indexes
 of the two tables dropped and created again after, starts a node in this
 process, and for four query classes (rare words, common words, phrases, CJK
 substrings) times ``search`` through the node next to the same index query
-without the readable predicate (``storage.search.build_query(raw=True)``),
-interleaved in the same run. Then it times sends through the node with the
+without the readable predicate (``storage.search.build_query(raw=True)``)
+and that query kept to the viewer's scopes (``within``: what any visibility
+rule must at least filter), interleaved in the same run. Then it times sends through the node with the
 text indexes and without them, alternating (recreated before it exits).
 Prints one JSON report; docs/performance.md#search records runs.
 """
@@ -34,7 +35,7 @@ from typing import Any
 import trio
 
 from actors.model import MemberType
-from actors.search_query import parse
+from actors.search_query import ParsedQuery, parse
 from bench.client import open_session
 from node import logs
 from node.app import serve_node
@@ -138,10 +139,12 @@ async def _build(conn: TrioConnection, args: argparse.Namespace) -> dict[str, An
     await conn.execute("VACUUM (ANALYZE) scope_messages, scope_message_search_docs")
     await conn.execute("ANALYZE")
     viewer = max(members, key=lambda m: sum(m in v for v in member_of.values()))
+    viewer_scope_ids = [s for s, chosen in member_of.items() if viewer in chosen]
     return {
         "workspace": workspace,
         "viewer": viewer,
-        "viewer_scopes": sum(viewer in v for v in member_of.values()),
+        "viewer_scopes": len(viewer_scope_ids),
+        "viewer_scope_ids": viewer_scope_ids,
         "build_s": round(time.monotonic() - started, 1),
         "build_phases_s": {
             "copy": timing["copy_s"],
@@ -274,13 +277,12 @@ async def _queries(
     for name, queries in corpus["classes"].items():
         node_t: list[float] = []
         raw_t: list[float] = []
+        scoped_t: list[float] = []
         for q in queries:
-            statement, params = index.build_query(
-                parse(q), filters, {}, sort="recent", limit=20, after=None, raw=True
-            )
-            t = time.perf_counter()
-            await (await conn.execute(statement, params, prepare=False)).fetchall()
-            raw_t.append(time.perf_counter() - t)
+            raw_t.append(await _raw_query(conn, parse(q), filters, None))
+            # The floor under any visibility rule: the same query kept to the
+            # viewer's scopes, without rights, node or WebSocket.
+            scoped_t.append(await _raw_query(conn, parse(q), filters, corpus["viewer_scope_ids"]))
             t = time.perf_counter()
             await client.request("search", query=q, limit=20)
             node_t.append(time.perf_counter() - t)
@@ -291,8 +293,23 @@ async def _queries(
             "raw_p50_ms": _pct(raw_t, 0.5),
             "raw_p99_ms": _pct(raw_t, 0.99),
             "p50_ratio": round(statistics.median(node_t) / statistics.median(raw_t), 2),
+            "raw_in_viewer_scopes_p50_ms": _pct(scoped_t, 0.5),
+            "raw_in_viewer_scopes_p50_ratio": round(
+                statistics.median(scoped_t) / statistics.median(raw_t), 2
+            ),
         }
     return out
+
+
+async def _raw_query(
+    conn: TrioConnection, parsed: ParsedQuery, filters: index.Filters, within: list[str] | None
+) -> float:
+    statement, params = index.build_query(
+        parsed, filters, {}, sort="recent", limit=20, after=None, raw=True, within=within
+    )
+    t = time.perf_counter()
+    await (await conn.execute(statement, params, prepare=False)).fetchall()
+    return time.perf_counter() - t
 
 
 async def _sends(client: Any, target: str, n: int) -> float:
@@ -386,7 +403,7 @@ async def _run_in(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
                 target = f"scope:{channel['scopeId']}"
                 sends = await _send_rounds(conn, client, target, args.sends)
             nursery.cancel_scope.cancel()
-    del corpus["classes"]
+    del corpus["classes"], corpus["viewer_scope_ids"]
     return {
         "params": {k: v for k, v in vars(args).items() if k not in ("database_url",)},
         "corpus": corpus,

@@ -30,7 +30,7 @@ import math
 import re
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -275,10 +275,12 @@ def build_query(
     raw: bool = False,
     estimate: Estimate | None = None,
     strategy: Strategy | None = None,
+    within: Sequence[str] | None = None,
 ) -> tuple[str, dict[str, object]]:
     """The search statement and its parameters. ``raw`` leaves out the viewer
     (the bench's baseline: the same index work without the predicate, planned
-    for its terms at every call)."""
+    for its terms at every call); ``within`` (raw only) keeps the candidates of
+    these scopes, the least any visibility filter must do."""
     if not raw:
         return _readable_query(
             parsed,
@@ -292,6 +294,9 @@ def build_query(
         )
     params: dict[str, object] = {"workspace_id": filters.workspace_id, "limit": limit + 1}
     where = _conditions(parsed, filters, params, indexed=True, raw=True)
+    if within is not None:
+        params["within"] = list(within)
+        where.append("d.scope_id = ANY(%(within)s)")
     order = _order(parsed, sort, after, params, raw=True)
     if order.after is not None:
         where.append(order.after)

@@ -159,6 +159,43 @@ async def test_a_cjk_pair_is_found_through_the_partial_index_of_pairs(database_u
     assert index.CJK_CHARACTER in str(predicate)
 
 
+async def test_the_raw_query_kept_to_scopes_finds_only_their_documents(database_url: str) -> None:
+    """The bench's floor under visibility (``within``): the raw query with the
+    viewer's scopes as its only filter."""
+    parsed = parse("deploy")
+    async with await connect(database_url) as conn:
+        # Documents without their messages: foreign keys off for this
+        # transaction, rolled back.
+        await conn.execute("SET LOCAL session_replication_role = replica")
+        for i, scope in enumerate(["scp_a", "scp_b", "scp_c", "scp_a"]):
+            await conn.execute(
+                "INSERT INTO scope_message_search_docs"
+                " (message_id, workspace_id, scope_id, seq, author_member_id, body)"
+                " VALUES (%s, 'ws_within', %s, %s, 'mem_x', 'deploy now')",
+                (f"msg_w{i}", scope, i + 1),
+            )
+        found = {}
+        for within in (None, ["scp_a", "scp_c"], []):
+            statement, params = index.build_query(
+                parsed,
+                index.Filters("ws_within"),
+                {},
+                sort="recent",
+                limit=20,
+                after=None,
+                raw=True,
+                within=within,
+            )
+            cur = await conn.execute(statement, params)  # type: ignore[arg-type]
+            found[None if within is None else tuple(within)] = sorted(
+                str(row[0]) for row in await cur.fetchall()
+            )
+        await conn.rollback()
+    assert found[None] == ["msg_w0", "msg_w1", "msg_w2", "msg_w3"]
+    assert found[("scp_a", "scp_c")] == ["msg_w0", "msg_w2", "msg_w3"]
+    assert found[()] == []
+
+
 async def test_the_strategy_choice_of_python_and_the_statement_agree(database_url: str) -> None:
     """``pick`` (the choice a viewer's later searches make in Python) and the
     statement's own ``plan`` choose alike for the same sizes and terms."""
