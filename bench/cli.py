@@ -363,6 +363,7 @@ async def run(args: argparse.Namespace, progress: Progress) -> tuple[dict[str, A
     report["ratios"] = ratios(args.workload, result.results, baseline)
     report["generator_cpu_s"] = result.cpu.generator_cpu_s
     report["node_cpu_s"] = result.cpu.node_cpu_s
+    report["machine_cpu"] = result.cpu.machine
     return report, result.latencies
 
 

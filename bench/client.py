@@ -24,7 +24,7 @@ _decode = msgspec.json.Decoder().decode
 # What a request waits for; with no event handler nothing else is decoded (the
 # load generator's CPU stands for clients on other machines, and events are
 # most of what it reads). A line of another shape is decoded anyway.
-_ANSWERS = ('{"type":"reply"', '{"type":"error"')
+_ANSWERS = ('{"type":"reply"', '{"type":"error"', '{"type":"pong"')
 _TYPED = '{"type":"'
 
 
@@ -88,27 +88,36 @@ class Session:
         (``None``: the caller bounds the time, e.g. a load loop's own
         deadline, which spares each request a cancel scope).
         """
-        rid = next(self._ids)
-        done = trio.Event()
-        slot: list[Any] = [done]
-        self._waiting[rid] = slot
-        try:
-            with trio.fail_after(timeout) if timeout is not None else nullcontext():
-                await self.send_raw({"type": op, "id": rid, **fields})
-                await done.wait()
-        finally:
-            self._waiting.pop(rid, None)
-        frame: dict[str, Any] = slot[1]
-        if frame.get("type") == "__closed__":
-            raise self.closed or SessionClosed(None)
+        frame = await self._answer({"type": op, "id": next(self._ids), **fields}, timeout)
         if frame.get("type") == "error":
             raise RequestError(frame)
         result: dict[str, Any] = frame.get("result") or {}
         return result
 
+    async def ping(self) -> None:
+        """One heartbeat round trip: ``ping`` until its ``pong``."""
+        await self._answer({"type": "ping", "id": next(self._ids)}, None)
+
+    async def _answer(self, frame: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Send ``frame``; return the frame answering its ``id``."""
+        rid = frame["id"]
+        done = trio.Event()
+        slot: list[Any] = [done]
+        self._waiting[rid] = slot
+        try:
+            with trio.fail_after(timeout) if timeout is not None else nullcontext():
+                await self.send_raw(frame)
+                await done.wait()
+        finally:
+            self._waiting.pop(rid, None)
+        answer: dict[str, Any] = slot[1]
+        if answer.get("type") == "__closed__":
+            raise self.closed or SessionClosed(None)
+        return answer
+
     def _dispatch(self, frame: dict[str, Any]) -> None:
         kind = frame.get("type")
-        if kind in ("reply", "error"):
+        if kind in ("reply", "error", "pong"):
             slot = self._waiting.get(frame.get("id"))  # type: ignore[arg-type]
             if slot is not None and len(slot) == 1:
                 slot.append(frame)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.dbbaseline import DbPlan, checkpoint, measure_db
+from bench.stats import MachineCpu
 from bench.workloads import throughput
 from bench.workloads.common import Env, ratio
 
@@ -60,6 +61,7 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
             # series: the database grows during the run, and so does its cost.
             env.progress.phase(f"raw x{senders}", 1)
             await checkpoint(dsn)
+            raw_machine = MachineCpu()
             # Its workers share scopes as the senders do: two senders per scope
             # are compared with two raw workers per scope.
             raw = await measure_db(
@@ -71,6 +73,7 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
                     per_scope=per_scope,
                 ),
             )
+            raw_cpu = raw_machine.stop()
             env.progress.close()
             level = raw["concurrent"][str(senders)]
             own = level if per_scope == 1 else raw_levels.get(senders)
@@ -106,6 +109,14 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
                         round(1000 * node_cpu / sends, 3) if node_cpu and sends else None
                     ),
                     "generator_cpu_s": result.cpu.generator_cpu_s,
+                    # The whole machine: busy share and CPU ms per send (node,
+                    # load generator and PostgreSQL together), and the same
+                    # for the raw phase per transaction. Raw's window also
+                    # holds its connects; they are milliseconds of seconds.
+                    "machine_busy": _get(result.cpu.machine, "busy"),
+                    "machine_cpu_ms_per_send": _per(result.cpu.machine, sends),
+                    "raw_machine_busy": _get(raw_cpu, "busy"),
+                    "raw_machine_cpu_ms_per_tx": _per(raw_cpu, level.get("transactions")),
                     # The node's send statements in the run.
                     "statements": res.get("statements"),
                     "errors": res["errors"],
@@ -116,11 +127,22 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
     return out
 
 
+def _get(cpu: dict[str, float] | None, key: str) -> float | None:
+    return cpu.get(key) if cpu else None
+
+
+def _per(cpu: dict[str, float] | None, count: int | None) -> float | None:
+    if not cpu or not count:
+        return None
+    return round(1000 * cpu["cpu_s"] / count, 3)
+
+
 def render(curve: dict[str, Any]) -> str:
     head = (
         "| senders/scope | senders | scopes | sends/s | raw tx/s | ratio | p50 ms | raw p50 ms"
         " | node CPU ms/send | sends/statement"
-        " | load avg (1 min, before/after) | raw tx/s, a scope per worker |"
+        " | load avg (1 min, before/after) | raw tx/s, a scope per worker"
+        " | machine busy, node / raw | machine CPU ms per send / per raw tx |"
     )
     lines = [head, _rule(head)]
     for p in curve["points"]:
@@ -134,7 +156,10 @@ def render(curve: dict[str, Any]) -> str:
             f"{_num(p['raw_p50_ms'], '{:.1f}')} | {_num(cpu, '{:.3f}')} | "
             f"{_num(per_statement, '{:.2f}')} | "
             f"{p['load_avg_1m'][0]:.1f} / {p['load_avg_1m'][1]:.1f} | "
-            f"{_num(p.get('raw_own_scopes_tx_per_s'), '{:,.0f}')} |"
+            f"{_num(p.get('raw_own_scopes_tx_per_s'), '{:,.0f}')} | "
+            f"{_num(p.get('machine_busy'), '{:.0%}')} / {_num(p.get('raw_machine_busy'), '{:.0%}')}"
+            f" | {_num(p.get('machine_cpu_ms_per_send'), '{:.3f}')}"
+            f" / {_num(p.get('raw_machine_cpu_ms_per_tx'), '{:.3f}')} |"
         )
     return "\n".join(lines) + "\n"
 

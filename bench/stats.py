@@ -81,6 +81,41 @@ def proc_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+class MachineCpu:
+    """The whole machine's CPU use over a window, from ``/proc/stat``.
+
+    ``busy`` is the share of all cores' time spent neither idle nor waiting for
+    I/O: a point near 1.0 is bound by CPU, one well below it by waiting.
+    ``cpu_s`` is that time in CPU-seconds (busy × cores × elapsed).
+    """
+
+    def __init__(self) -> None:
+        self._start = _proc_stat()
+
+    def stop(self) -> dict[str, float] | None:
+        end = _proc_stat()
+        if self._start is None or end is None or end[0] <= self._start[0]:
+            return None
+        total = end[0] - self._start[0]
+        idle = end[1] - self._start[1]
+        busy = 1.0 - idle / total
+        return {
+            "busy": round(busy, 3),
+            "cpu_s": round((total - idle) / os.sysconf("SC_CLK_TCK"), 3),
+        }
+
+
+def _proc_stat() -> tuple[int, int] | None:
+    """All cores' jiffies so far: (total, idle + iowait)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal; guest time is inside user.
+    return sum(fields[:8]), fields[3] + fields[4]
+
+
 def proc_rss_kib(pid: int) -> int | None:
     """Resident set size (VmRSS) of a live process in KiB, or None."""
     try:

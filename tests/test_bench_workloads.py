@@ -141,6 +141,36 @@ def test_bench_starts_and_stops_its_own_node(tmp_path: Path) -> None:
     assert report["node_started_by_bench"] is True
     assert report["node_cpu_s"] is not None
     assert report["results"]["sends"] == 20
+    assert 0.0 < report["machine_cpu"]["busy"] <= 1.0
+    assert report["machine_cpu"]["cpu_s"] >= report["node_cpu_s"]
+
+
+def test_curve_reports_every_point_with_its_raw_statement_and_machine_cpu(
+    tmp_path: Path,
+) -> None:
+    """``throughput --curve``: both series, each point against the raw statement
+    at its concurrency, with the machine's CPU for both phases; the table
+    renders every point."""
+    from bench.curve import render
+
+    out = tmp_path / "curve.json"
+    argv = ["throughput", "--curve", "1,2", "--duration", "1", "--db-duration", "1"]
+    argv += ["--members", "2", "--no-progress", "--json", str(out)]
+    assert main(argv) == 0
+    curve = json.loads(out.read_text())["results"]["curve"]
+    shapes = [(p["senders_per_scope"], p["senders"]) for p in curve["points"]]
+    assert shapes == [(1, 1), (1, 2), (2, 2)]
+    for point in curve["points"]:
+        assert point["sends"] > 0
+        assert point["errors"] == {}
+        assert point["ratio"] is not None
+        assert 0.0 < point["machine_busy"] <= 1.0
+        assert 0.0 < point["raw_machine_busy"] <= 1.0
+        assert point["machine_cpu_ms_per_send"] >= point["node_cpu_ms_per_send"] > 0
+        assert point["raw_machine_cpu_ms_per_tx"] > 0
+    table = render(curve)
+    assert len(table.splitlines()) == 2 + len(curve["points"])
+    assert "machine busy" in table
 
 
 def test_reactions_reach_every_reader_and_time_the_raw_statement(
@@ -154,6 +184,7 @@ def test_reactions_reach_every_reader_and_time_the_raw_statement(
     assert results["changed"] == {"True": results["reactions"]}
     assert results["deliveries"] == results["expected_deliveries"] == 3 * results["reactions"]
     assert results["delivery_latency"]["count"] == results["deliveries"]
+    assert results["ping_round_trip"]["count"] == 3 * 200
     raw = results["raw_statement"]
     assert raw["ok"]
     assert raw["count"] > 0

@@ -237,6 +237,32 @@ async def test_who_may_react(database_url: str, tmp_path: Path) -> None:
             assert await code_of(b, by_ann, "👍") == "forbidden"
 
 
+async def test_reactions_on_a_known_message_answer_once_and_free_their_slot(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Once a message's scope is known, a session queues reactions on the actor
+    without a task per request: each is still answered once, refusals
+    included, and each frees its in-flight slot (two slots here: a leak would
+    stall the session within three requests)."""
+    async with running_node(database_url, tmp_path, max_inflight_requests=2) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        out = await world.member("out")
+        async with world.client(ann) as a, world.client(out) as o:
+            await make_channel(a, "c")
+            message_id = (await a.send("#c", "react here"))["messageId"]
+            answers = [await a.react(message_id, "👍", ("add", "remove")[i % 2]) for i in range(6)]
+            assert answers == [{"changed": True}, {"changed": True}] * 3
+            for _ in range(3):
+                assert await code_of(o, message_id, "👍") == "forbidden"
+                assert await code_of(a, message_id, "no") == "validation_failed"
+            async with trio.open_nursery() as nursery:
+                for emoji in TWENTY[:8]:
+                    nursery.start_soon(a.react, message_id, emoji)
+            shown = await history_message(a, "#c", message_id)
+            assert sorted(r["emoji"] for r in shown["reactions"]) == sorted(TWENTY[:8])
+
+
 async def test_reaction_wakes_only_an_auto_wake_author(database_url: str, tmp_path: Path) -> None:
     async with running_node(database_url, tmp_path) as node:
         world = await World.create(node)

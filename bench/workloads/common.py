@@ -13,28 +13,33 @@ from bench.client import EventHandler, Session, open_session, ws_url
 from bench.nodeproc import NodeUnderTest
 from bench.progress import Progress
 from bench.provision import Member, Provisioner
-from bench.stats import Latency, own_cpu_s, proc_cpu_s
+from bench.stats import Latency, MachineCpu, own_cpu_s, proc_cpu_s
 
 
 @dataclass
 class CpuWindow:
-    """Generator and node CPU seconds spent inside the measured window."""
+    """Generator, node and whole-machine CPU spent inside the measured window."""
 
     node_pid: int | None
     generator_cpu_s: float = 0.0
     node_cpu_s: float | None = None
+    machine: dict[str, float] | None = None
     _g0: float = 0.0
     _n0: float | None = None
+    _machine: MachineCpu | None = None
 
     def start(self) -> None:
         self._g0 = own_cpu_s()
         self._n0 = proc_cpu_s(self.node_pid) if self.node_pid else None
+        self._machine = MachineCpu()
 
     def stop(self, extra_generator_cpu_s: float = 0.0) -> None:
         self.generator_cpu_s = round(own_cpu_s() - self._g0 + extra_generator_cpu_s, 3)
         if self.node_pid and self._n0 is not None:
             n1 = proc_cpu_s(self.node_pid)
             self.node_cpu_s = round(n1 - self._n0, 3) if n1 is not None else None
+        if self._machine is not None:
+            self.machine = self._machine.stop()
 
 
 @dataclass

@@ -39,6 +39,7 @@ from storage.visibility import Viewer
 
 EMOJI = "👍"
 ROUNDS = 3
+PINGS = 200
 DRAIN_S = 5.0
 CONTENT_PAD = "x" * 100
 
@@ -176,6 +177,7 @@ async def run(
     )
     reader_tokens = [reader_members[i % len(reader_members)].token for i in range(readers)]
     reply_lat = Latency("reaction_reply")
+    ping_lat = Latency("ping_round_trip")
     deliveries = Deliveries()
     errors: Counter[str] = Counter()
     changed: Counter[str] = Counter()
@@ -287,6 +289,12 @@ async def run(
                 deliveries=deliveries.count - expected_before,
                 expected_deliveries=sum(counts) * readers,
             )
+            # The bare round trip through the node, on a quiet channel: what
+            # any request pays before its own work (no task, actor or database).
+            for _ in range(PINGS):
+                start = time.perf_counter_ns()
+                await rx[0].ping()
+                ping_lat.record_ns(time.perf_counter_ns() - start)
             entry["load_avg_1m"].append(_load())
             rounds.append(entry)
     cpu.generator_cpu_s = round(cpu_gen, 3)
@@ -304,6 +312,7 @@ async def run(
         "errors": dict(errors),
         "reply_latency": reply_lat.summary(),
         "delivery_latency": deliveries.latency.summary(),
+        "ping_round_trip": ping_lat.summary(),
         "deliveries": deliveries.count,
         "expected_deliveries": expected,
         "complete": deliveries.count == expected and not errors,
@@ -312,7 +321,7 @@ async def run(
         ),
         "rounds": rounds,
     }
-    latencies = [reply_lat, deliveries.latency]
+    latencies = [reply_lat, deliveries.latency, ping_lat]
     if raw is not None:
         results["raw_statement"] = {
             "statement": "storage.reactions.REACT_ADD / REACT_REMOVE (storage.reactions.react)",

@@ -11,9 +11,11 @@ to the actor.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 import trio
 
+from actors.model import Member
 from actors.policy import reaction_emoji_error
 from actors.scope_actor import ReactCommand
 from node.ops.context import REPLIED, Context, Replied, member_of
@@ -41,27 +43,67 @@ async def message_home(ctx: Context, message_id: str) -> tuple[str, str] | None:
     return home
 
 
+Finished = Callable[[OperationError | None], None]
+
+
+def submit_remembered(ctx: Context, request: React, finished: Finished) -> bool:
+    """Queue ``request`` on its scope's running actor from the caller, without
+    a task of its own, when the message's scope is remembered; the actor's
+    callback pushes the reply and calls ``finished`` once (with the refusal,
+    if any). False when the scope or its actor is not at hand: take
+    :func:`react`. Raises a refusal found before queueing."""
+    member = _checked(ctx, request)
+    home = _homes.get(request.message_id)
+    if home is None:
+        return False
+    actor = ctx.services.registry.actor_nowait(home[0])
+    if actor is None:
+        return False
+    _in_workspace(home, member)
+    _homes.move_to_end(request.message_id)
+    actor.submit_nowait(_command(ctx, request, member, finished))
+    return True
+
+
 async def react(ctx: Context, request: React) -> Replied:
-    member = member_of(ctx)
-    error = reaction_emoji_error(request.emoji)
-    if error is not None:
-        raise OperationError(ErrorCode.VALIDATION_FAILED, error, path="$.emoji")
+    member = _checked(ctx, request)
     home = await message_home(ctx, request.message_id)
-    if home is None or home[1] != member.workspace_id:
-        raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
+    _in_workspace(home, member)
+    assert home is not None
     done = trio.Event()
     refused: list[OperationError] = []
 
-    def reply(result: dict[str, object] | OperationError) -> None:
-        if isinstance(result, OperationError):
-            refused.append(result)
-        else:
-            ctx.push(encode(Reply(id=request.id, op="react", result=result)))
+    def finished(error: OperationError | None) -> None:
+        if error is not None:
+            refused.append(error)
         done.set()
 
-    cmd = ReactCommand(member, request.message_id, request.emoji, request.op, reply)
-    await ctx.services.registry.submit(home[0], cmd)
+    await ctx.services.registry.submit(home[0], _command(ctx, request, member, finished))
     await done.wait()
     if refused:
         raise refused[0]
     return REPLIED
+
+
+def _checked(ctx: Context, request: React) -> Member:
+    member = member_of(ctx)
+    error = reaction_emoji_error(request.emoji)
+    if error is not None:
+        raise OperationError(ErrorCode.VALIDATION_FAILED, error, path="$.emoji")
+    return member
+
+
+def _in_workspace(home: tuple[str, str] | None, member: Member) -> None:
+    if home is None or home[1] != member.workspace_id:
+        raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
+
+
+def _command(ctx: Context, request: React, member: Member, finished: Finished) -> ReactCommand:
+    def reply(result: dict[str, object] | OperationError) -> None:
+        if isinstance(result, OperationError):
+            finished(result)
+        else:
+            ctx.push(encode(Reply(id=request.id, op="react", result=result)))
+            finished(None)
+
+    return ReactCommand(member, request.message_id, request.emoji, request.op, reply)
