@@ -4,8 +4,11 @@ R reactor members and N reader sessions (spread over a few human members)
 share one channel holding M messages. Reactor ``i`` toggles one emoji on the
 messages in turn — add, then remove — sequentially, as its own WebSocket
 session: request → ``reply`` is the reaction latency, request → the
-``reaction`` event at a reader session the delivery latency (readers run in
-this process, so both ends read one monotonic clock).
+``reaction`` event at a reader session the delivery latency. The reader
+sessions run in ``--reader-processes`` processes of their own
+(``bench.reaction_readers``; ``0``: in this process), so a reactor's round
+trip does not wait behind the readers' parsing; every process reads the same
+monotonic clock.
 
 The raw baseline runs in the same run: the statements of ``storage.reactions``
 (``REACT_ADD`` / ``REACT_REMOVE``, through its own ``react`` function, the one
@@ -30,6 +33,7 @@ import trio
 
 from bench.baseline import NoDatabase, open_database
 from bench.client import RequestError, Session
+from bench.reaction_readers import Key, ReaderProcesses, reaction_key
 from bench.stats import Latency
 from bench.workloads.common import CpuWindow, Env, WorkloadResult, create_channel, open_sessions
 from storage import pg
@@ -61,30 +65,41 @@ def _load() -> float:
 
 
 class Deliveries:
-    """Reader side: request-sent times by reaction, delivery latency on arrival."""
+    """Reader sessions in the reactors' process (``--reader-processes 0``):
+    request-sent times by reaction, delivery latency on arrival."""
 
     def __init__(self) -> None:
-        self.sent_ns: dict[tuple[str, str, str, str], int] = {}
+        self.sent_ns: dict[Key, int] = {}
         self.latency = Latency("reaction_delivery")
         self.count = 0
+        self.cpu_s = 0.0  # counted with the reactors' process
         self._want = 0
         self._reached = trio.Event()
 
-    async def wait_for(self, count: int) -> None:
-        """Until ``count`` deliveries have arrived in all."""
+    def sent(self, key: Key, ns: int) -> None:
+        self.sent_ns[key] = ns
+
+    def withdraw(self, key: Key) -> None:
+        self.sent_ns.pop(key, None)
+
+    async def arrived(self) -> int:
+        return self.count
+
+    async def wait_for(self, count: int, timeout_s: float) -> int:
+        """Deliveries in all, once ``count`` arrived or ``timeout_s`` passed."""
         if self.count < count:
             self._want, self._reached = count, trio.Event()
-            await self._reached.wait()
+            with trio.move_on_after(timeout_s):
+                await self._reached.wait()
+        return self.count
+
+    async def finish(self) -> int:
+        return self.count
 
     def on_event(self, frame: dict[str, Any]) -> None:
         if frame.get("type") != "reaction":
             return
-        key = (
-            str(frame.get("messageId")),
-            str(frame.get("memberId")),
-            str(frame.get("emoji")),
-            str(frame.get("op")),
-        )
+        key = reaction_key(frame)
         start = self.sent_ns.get(key)
         if start is not None:
             self.latency.record_ns(time.perf_counter_ns() - start)
@@ -178,7 +193,6 @@ async def run(
     reader_tokens = [reader_members[i % len(reader_members)].token for i in range(readers)]
     reply_lat = Latency("reaction_reply")
     ping_lat = Latency("ping_round_trip")
-    deliveries = Deliveries()
     errors: Counter[str] = Counter()
     changed: Counter[str] = Counter()
     cpu: CpuWindow = env.cpu_window()
@@ -200,17 +214,25 @@ async def run(
         scope = await create_channel(rx[0], f"bench-reactions-{env.seed}")
         for s in rx[1:]:
             await s.request("join", scopeId=scope)
-        handlers = [deliveries.on_event] * readers
-        rd = await stack.enter_async_context(
-            open_sessions(
-                url, reader_tokens, kind="browser", progress=env.progress, handlers=handlers
+        deliveries: Deliveries | ReaderProcesses
+        if env.reader_processes > 0 and readers > 0:
+            processes = ReaderProcesses(url, reader_tokens, scope, env.reader_processes)
+            stack.callback(processes.close)
+            await processes.ready()
+            deliveries = processes
+        else:
+            deliveries = Deliveries()
+            handlers = [deliveries.on_event] * readers
+            rd = await stack.enter_async_context(
+                open_sessions(
+                    url, reader_tokens, kind="browser", progress=env.progress, handlers=handlers
+                )
             )
-        )
-        joined: set[str] = set()
-        for s in rd:
-            if s.member_id not in joined:
-                await s.request("join", scopeId=scope)
-                joined.add(s.member_id)
+            joined: set[str] = set()
+            for s in rd:
+                if s.member_id not in joined:
+                    await s.request("join", scopeId=scope)
+                    joined.add(s.member_id)
         env.progress.close()
         message_ids = []
         for i in range(messages):
@@ -235,12 +257,12 @@ async def run(
 
         async def reactor(i: int, s: Session, deadline: float, counts: list[int]) -> None:
             for message_id, op in ops[i]:
-                deliveries.sent_ns[(message_id, s.member_id, EMOJI, op)] = (
-                    start := time.perf_counter_ns()
-                )
+                key = (message_id, s.member_id, EMOJI, op)
+                deliveries.sent(key, start := time.perf_counter_ns())
                 try:
                     result = await s.request("react", messageId=message_id, emoji=EMOJI, op=op)
                 except RequestError as e:
+                    deliveries.withdraw(key)  # nothing changed: no event comes
                     errors[e.code] += 1
                     if not e.retryable:
                         return
@@ -263,7 +285,7 @@ async def run(
                 entry["raw_per_s"] = round(raw_ops / raw_s, 1) if raw_s else 0.0
             env.progress.phase(f"reactions {r + 1}/{ROUNDS}", reactors * len(ops[0]))
             counts = [0] * reactors
-            expected_before = deliveries.count
+            expected_before = await deliveries.arrived()
             window = env.cpu_window()
             window.start()
             t0 = time.monotonic()
@@ -281,12 +303,11 @@ async def run(
             cpu_gen += window.generator_cpu_s
             # Every change reaches every reader session; wait for the tail.
             want = expected_before + sum(counts) * readers
-            with trio.move_on_after(DRAIN_S):
-                await deliveries.wait_for(want)
+            arrived = await deliveries.wait_for(want, DRAIN_S)
             entry.update(
                 reactions=sum(counts),
                 reactions_per_s=round(sum(counts) / elapsed, 1) if elapsed else 0.0,
-                deliveries=deliveries.count - expected_before,
+                deliveries=arrived - expected_before,
                 expected_deliveries=sum(counts) * readers,
             )
             # The bare round trip through the node, on a quiet channel: what
@@ -297,6 +318,7 @@ async def run(
                 ping_lat.record_ns(time.perf_counter_ns() - start)
             entry["load_avg_1m"].append(_load())
             rounds.append(entry)
+        delivered = await deliveries.finish()
     cpu.generator_cpu_s = round(cpu_gen, 3)
     cpu.node_cpu_s = round(cpu_node, 3) if env.node.pid else None
     expected = sum(e["expected_deliveries"] for e in rounds)
@@ -313,9 +335,12 @@ async def run(
         "reply_latency": reply_lat.summary(),
         "delivery_latency": deliveries.latency.summary(),
         "ping_round_trip": ping_lat.summary(),
-        "deliveries": deliveries.count,
+        "deliveries": delivered,
         "expected_deliveries": expected,
-        "complete": deliveries.count == expected and not errors,
+        "complete": delivered == expected and not errors,
+        # Reader sessions in processes of their own (0: in the reactors' process).
+        "reader_processes": env.reader_processes if isinstance(deliveries, ReaderProcesses) else 0,
+        "reader_processes_cpu_s": round(deliveries.cpu_s, 3),
         "node_cpu_ms_per_reaction": (
             round(1000 * cpu_node / node_ops, 3) if env.node.pid and node_ops else None
         ),
