@@ -278,8 +278,9 @@ class Session:
 
     def _react_at_once(self, request: React) -> bool:
         """A reaction on a message of a known scope with a running actor is
-        queued from here: a task per reaction was a tenth of the node's CPU
-        for one. The actor's answer frees the in-flight slot."""
+        queued from here: a task per reaction (its start, and its wake-up after
+        the actor answered) is work the reaction does not need. The actor's
+        answer frees the in-flight slot."""
 
         def finished(error: OperationError | None) -> None:
             if error is not None:
