@@ -116,7 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=float, help="time bound of the measured phase, s")
     r.add_argument("--timeout", type=float, help="extra time allowed for setup and drain, s")
     r.add_argument("--no-baseline", action="store_true", help="skip the machine baselines")
-    r.add_argument("--reader-processes", type=int, default=2)
+    r.add_argument(
+        "--reader-processes",
+        type=int,
+        default=2,
+        help="fanout/idle/reactions: processes holding the reader sessions (reactions: 0 = in"
+        " the reactors' process)",
+    )
     r.add_argument("--members", type=int, default=16, help="members sessions are spread over")
     w = p.add_argument_group("workload sizes")
     w.add_argument("--messages", type=int, help="K sends / M broadcasts / per-agent sends")
