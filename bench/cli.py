@@ -448,6 +448,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench.search import main as search_main
 
         return search_main(argv[1:])
+    if argv[:1] == ["compare"]:
+        # Two nodes at once, load in alternating blocks (bench/compare.py).
+        from bench.compare import main as compare_main
+
+        return compare_main(argv[1:])
     args = resolve(build_parser().parse_args(argv))
     raise_fd_limit()
     print(f"scopenode bench {args.workload}")
