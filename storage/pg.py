@@ -655,6 +655,20 @@ class Pool:
     async def _acquire(self) -> TrioConnection:
         if self._closed:
             raise DatabaseUnavailable("the connection pool is closed")
+        if self._idle and not self._waiting:
+            try:
+                self._slots.acquire_nowait()
+            except trio.WouldBlock:
+                pass
+            else:
+                # A free slot and an idle connection: nothing to wait for, so
+                # no deadline and no pass of the scheduler (the statement that
+                # follows waits on its socket). Nobody waiting: no queue-jumping.
+                try:
+                    return await self._idle_or_new()
+                except BaseException:
+                    self._slots.release()
+                    raise
         with trio.move_on_after(self._acquire_timeout):
             self._waiting += 1
             try:

@@ -14,6 +14,7 @@ from contextlib import aclosing
 import psycopg
 import pytest
 import trio
+import trio.testing
 from psycopg import errors as pg_errors
 from psycopg import pq
 
@@ -203,6 +204,35 @@ async def test_pool_acquire_timeout_raises_unavailable(empty_database_url: str) 
             assert pool.statistics().in_use == 1
         stats = pool.statistics()
         assert (stats.size, stats.idle, stats.in_use, stats.waiting) == (1, 1, 0, 0)
+
+
+async def test_pool_hands_an_idle_connection_over_without_a_scheduler_pass(
+    empty_database_url: str,
+) -> None:
+    """A free slot and an idle connection: the borrow neither waits nor yields.
+    Borrowers that must wait are served in arrival order."""
+    async with open_pool(empty_database_url, size=1, acquire_timeout=5.0) as pool:
+        async with pool.connection() as conn:
+            await conn.execute("SELECT 1")
+        borrow = pool.connection()
+        with trio.testing.assert_no_checkpoints():
+            again = await borrow.__aenter__()
+        try:
+            assert again is conn
+        finally:
+            await borrow.__aexit__(None, None, None)
+        order: list[str] = []
+
+        async def borrower(name: str) -> None:
+            async with pool.connection():
+                order.append(name)
+
+        async with trio.open_nursery() as nursery, pool.connection():
+            for name in ("first", "second", "third"):
+                nursery.start_soon(borrower, name)
+                await trio.testing.wait_all_tasks_blocked()
+            assert pool.statistics().waiting == 3
+        assert order == ["first", "second", "third"]
 
 
 async def test_pool_with_unreachable_server_raises_unavailable(tmp_path: object) -> None:
