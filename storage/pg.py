@@ -655,34 +655,36 @@ class Pool:
     async def _acquire(self) -> TrioConnection:
         if self._closed:
             raise DatabaseUnavailable("the connection pool is closed")
-        if self._idle and not self._waiting:
-            try:
-                self._slots.acquire_nowait()
-            except trio.WouldBlock:
-                pass
-            else:
-                # A free slot and an idle connection: nothing to wait for, so
-                # no deadline and no pass of the scheduler (the statement that
-                # follows waits on its socket). Nobody waiting: no queue-jumping.
-                try:
-                    return await self._idle_or_new()
-                except BaseException:
-                    self._slots.release()
-                    raise
+        if self._idle and not self._waiting and self._slot_now():
+            # A free slot and an idle connection: nothing to wait for, so no
+            # deadline and no pass of the scheduler (the statement that follows
+            # waits on its socket). Nobody waiting: no queue-jumping.
+            return await self._check_out()
         with trio.move_on_after(self._acquire_timeout):
             self._waiting += 1
             try:
                 await self._slots.acquire()
             finally:
                 self._waiting -= 1
-            try:
-                return await self._idle_or_new()
-            except BaseException:
-                self._slots.release()
-                raise
+            return await self._check_out()
         raise DatabaseUnavailable(
             f"no database connection available within {self._acquire_timeout}s"
         )
+
+    def _slot_now(self) -> bool:
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        return True
+
+    async def _check_out(self) -> TrioConnection:
+        """A connection for the slot just taken; the slot is freed if none comes."""
+        try:
+            return await self._idle_or_new()
+        except BaseException:
+            self._slots.release()
+            raise
 
     async def _idle_or_new(self) -> TrioConnection:
         while self._idle:
