@@ -40,7 +40,7 @@ from bench.progress import Progress
 from bench.provision import make_provisioner
 from bench.stats import Latency, proc_cpu_s
 from bench.workloads import throughput
-from bench.workloads.common import Env, create_channel, open_sessions
+from bench.workloads.common import Env, create_channel, join_each_member, open_sessions
 
 MESSAGES = 50
 
@@ -130,8 +130,7 @@ async def _open_side(
         watchers = await env.provisioner.create_members(ws, "human", ["w0", "w1", "w2", "w3"])
         tokens = [watchers[i % len(watchers)].token for i in range(args.readers)]
         readers = await stack.enter_async_context(open_sessions(url, tokens, kind="browser"))
-        for s in readers[: len(watchers)]:
-            await s.request("join", scopeId=side.scope_id)
+        await join_each_member(readers, side.scope_id)
         for i in range(MESSAGES):
             sent = await side.session.request(
                 "send", target=f"scope:{side.scope_id}", content=f"m{i}", clientMessageId=f"m{i}"

@@ -26,8 +26,8 @@ from typing import Any
 
 import trio
 
-from bench.client import open_session
 from bench.stats import Latency, own_cpu_s
+from bench.workloads.common import join_each_member, open_sessions
 
 Key = tuple[str, str, str, str]  # message id, member id, emoji, op
 SETUP_TIMEOUT_S = 60.0
@@ -56,34 +56,16 @@ async def _child_main(url: str, tokens: list[str], scope_id: str, ctl: Connectio
 
         return on_event
 
+    handlers = [handler(i) for i in range(len(tokens))]
     try:
-        async with trio.open_nursery() as nursery:
-            sessions = []
-            for i, token in enumerate(tokens):
-                cm = open_session(url, token, kind="browser", on_event=handler(i))
-                sessions.append(await nursery.start(_hold, cm))
-            joined: set[str] = set()
-            for s in sessions:
-                if s.member_id not in joined:
-                    await s.request("join", scopeId=scope_id)
-                    joined.add(s.member_id)
+        async with open_sessions(url, tokens, kind="browser", handlers=handlers) as sessions:
+            await join_each_member(sessions, scope_id)
             ctl.send(("ready", None))
-            while True:
-                command = await trio.to_thread.run_sync(ctl.recv)
-                if command == "count":
-                    ctl.send(("count", len(arrivals)))
-                else:
-                    ctl.send(("result", arrivals, own_cpu_s()))
-                    nursery.cancel_scope.cancel()
-                    return
+            while await trio.to_thread.run_sync(ctl.recv) == "count":
+                ctl.send(("count", len(arrivals)))
+            ctl.send(("result", arrivals, own_cpu_s()))
     except Exception as e:  # reported, the parent fails the run
         ctl.send(("ready", repr(e)))
-
-
-async def _hold(cm: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    async with cm as session:
-        task_status.started(session)
-        await trio.sleep_forever()
 
 
 class ReaderProcesses:

@@ -89,6 +89,16 @@ class Env:
         return members
 
 
+async def join_each_member(sessions: Sequence[Session], scope_id: str) -> None:
+    """Join ``scope_id`` once per member among ``sessions`` (a membership is the
+    member's, whichever of its sessions asks)."""
+    joined: set[str] = set()
+    for s in sessions:
+        if s.member_id not in joined:
+            await s.request("join", scopeId=scope_id)
+            joined.add(s.member_id)
+
+
 async def create_channel(session: Session, slug: str) -> str:
     result = await session.request("createChannel", slug=slug, name=slug, visibility="public")
     return str(result["scopeId"])

@@ -35,7 +35,14 @@ from bench.baseline import NoDatabase, open_database
 from bench.client import RequestError, Session
 from bench.reaction_readers import Key, ReaderProcesses, reaction_key
 from bench.stats import Latency
-from bench.workloads.common import CpuWindow, Env, WorkloadResult, create_channel, open_sessions
+from bench.workloads.common import (
+    CpuWindow,
+    Env,
+    WorkloadResult,
+    create_channel,
+    join_each_member,
+    open_sessions,
+)
 from storage import pg
 from storage import reactions as stored_reactions
 from storage.directory import SELECT_MEMBERS, member_from_row
@@ -228,11 +235,7 @@ async def run(
                     url, reader_tokens, kind="browser", progress=env.progress, handlers=handlers
                 )
             )
-            joined: set[str] = set()
-            for s in rd:
-                if s.member_id not in joined:
-                    await s.request("join", scopeId=scope)
-                    joined.add(s.member_id)
+            await join_each_member(rd, scope)
         env.progress.close()
         message_ids = []
         for i in range(messages):
