@@ -282,19 +282,24 @@ class Session:
         the actor answered) is work the reaction does not need. The actor's
         answer frees the in-flight slot."""
 
-        def finished(error: OperationError | None) -> None:
+        def finished(error: Exception | None) -> None:
             if error is not None:
-                self._error(request.id, error.code, error.message, error.details)
+                self._failed(request, error)
             self._inflight.release()
 
         try:
             return reactions.submit_remembered(self, request, finished)
-        except OperationError as exc:
-            finished(exc)
         except Exception as exc:
-            log.exception("request_failed", op="react", error=repr(exc))
-            finished(OperationError(ErrorCode.INTERNAL, "internal error"))
+            finished(exc)
         return True
+
+    def _failed(self, request: Any, exc: Exception) -> None:
+        """A request's ``error``: the refusal it raised, or ``internal`` (logged)."""
+        if isinstance(exc, OperationError):
+            self._error(request.id, exc.code, exc.message, exc.details)
+        else:
+            log.exception("request_failed", op=request.__struct_config__.tag, error=repr(exc))
+            self._error(request.id, ErrorCode.INTERNAL, "internal error")
 
     def _limited(self, request_id: int | str, what: str, wait: float) -> None:
         exc = rate_limited(what, wait)
@@ -303,11 +308,8 @@ class Session:
     async def _request(self, request: Any) -> None:
         try:
             result = await ops.handle(self, request)
-        except OperationError as exc:
-            self._error(request.id, exc.code, exc.message, exc.details)
         except Exception as exc:
-            log.exception("request_failed", op=request.__struct_config__.tag, error=repr(exc))
-            self._error(request.id, ErrorCode.INTERNAL, "internal error")
+            self._failed(request, exc)
         else:
             if result is not REPLIED:
                 self.reply(request.id, str(request.__struct_config__.tag), result)
