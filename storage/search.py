@@ -87,6 +87,25 @@ _RIGHTS_ONE = _RIGHTS_OF.format(
 _RIGHTS_OF_CANDIDATES = _RIGHTS_OF.format(
     scopes="sc.id = ANY((SELECT array_agg(DISTINCT t.scope_id) FROM terms_docs t)::text[])"
 )
+# The walk's rights, looked up for each row that reaches the predicate (a
+# match in a scope the viewer could read) instead of for every candidate scope
+# up front: a newest-first page needs the rights of a few scopes, and reading
+# all of them (a join of the viewer's memberships with ``scopes``) cost more
+# than the walk itself.
+_RIGHTS_OF_ROW = """
+CROSS JOIN LATERAL (
+    SELECT
+        NOT %(viewer_private)s AND EXISTS (
+            SELECT 1 FROM scope_memberships x
+            WHERE x.scope_id = sc.id AND x.member_id = %(viewer_id)s
+              AND x.visibility = 'public' AND x.effective_to_seq IS NULL
+        ) AS viewer_public,
+        sc.type = 'thread' AS in_thread,
+        CASE WHEN sc.parent_scope_id IS NULL THEN ARRAY[sc.id]
+             ELSE ARRAY[sc.id, sc.parent_scope_id] END AS grant_scopes
+    FROM scopes sc
+    WHERE sc.id = d.scope_id
+) sv"""
 _PER_ROW = {
     "%(viewer_public)s": "sv.viewer_public",
     "%(in_thread)s": "sv.in_thread",
@@ -396,12 +415,19 @@ def _gate(how: str, gated: bool) -> str:
 
 
 def _branch(
-    how: str, source: str, where: list[str], order: _Order, limit: int, *, gated: bool
+    how: str,
+    source: str,
+    where: list[str],
+    order: _Order,
+    limit: int,
+    *,
+    gated: bool,
+    rights: str = "JOIN rights sv ON sv.scope_id = d.scope_id",
 ) -> str:
     return f"""(
 SELECT {MESSAGE_COLUMNS}, {order.rank}
 FROM {source} d
-JOIN rights sv ON sv.scope_id = d.scope_id
+{rights}
 JOIN scope_messages m ON m.id = d.message_id
 JOIN members mem ON mem.id = m.author_member_id
 {READABLE_PER_ROW}
@@ -456,7 +482,7 @@ def _readable_query(
     )
     # The terms strategy alone reads rights after its candidates (narrowed to
     # the viewer's scopes first); it cannot report the viewer's sizes then.
-    lazy_rights = strategy == "terms"
+    lazy_rights = strategy in ("terms", "walk")
     ctes = [_SCOPES_IN]
     if not lazy_rights:
         ctes.append(_RIGHTS if filters.scope_id is None else _RIGHTS_ONE)
@@ -483,12 +509,22 @@ def _readable_query(
     if strategy == "walk" or (gated and not relevance):
         # In the walk the viewer's scopes are a hashed filter on each row, tested
         # before its terms (not a join against every candidate scope per row).
+        alone = strategy == "walk"
+        candidates = "scopes_in s" if alone else "rights s"
         walk = [
-            "(d.scope_id IN (SELECT r.scope_id FROM rights r)) IS TRUE",
+            f"(d.scope_id IN (SELECT s.scope_id FROM {candidates})) IS TRUE",
             *_conditions(parsed, filters, params, indexed=False),
             *tail,
         ]
-        branch = _branch("walk", "scope_message_search_docs", walk, order, limit, gated=gated)
+        branch = _branch(
+            "walk",
+            "scope_message_search_docs",
+            walk,
+            order,
+            limit,
+            gated=gated,
+            **({"rights": _RIGHTS_OF_ROW} if alone else {}),
+        )
         branches.insert(0, branch)
     how = "(SELECT p.how FROM plan p)" if gated else f"'{strategy}'"
     sizes = "NULL::float8, NULL::float8" if lazy_rights else _SIZES
