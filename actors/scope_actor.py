@@ -238,6 +238,10 @@ class ScopeActor:
         self.stale = False
         self.commits = 0
         self._processing = 0
+        # Batches taken so far, and whether the actor waits for a command now:
+        # what _passivate_when_idle reads.
+        self._batches = 0
+        self._waiting = False
         # What the cached roster says about each reactor, for the state and
         # roster generation it was read from (see _reactor).
         self._reactors: dict[str, _Reactor] = {}
@@ -271,23 +275,47 @@ class ScopeActor:
             try:
                 self._adopt(await self._store.load_scope(self.scope_id))
                 task_status.started()
-                await self._serve()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._passivate_when_idle)
+                    await self._serve()
+                    nursery.cancel_scope.cancel()
             finally:
                 self.accepting = False
                 self._fail_queued()
+
+    async def _passivate_when_idle(self) -> None:
+        """Close the mailbox once a whole idle period passed without a batch.
+
+        One timer per period instead of a deadline on every wait for a
+        command, which cost as much as a tenth of the actor's hand-over. The
+        actor stops between one and two periods after its last command.
+        """
+        while True:
+            seen = self._batches
+            await trio.sleep(self._idle_timeout)
+            if self._batches == seen and self._waiting and not self._receive_pending():
+                # No await between the check and the close: nothing can be
+                # queued in between, and later commands find it not accepting.
+                self.accepting = False
+                self._send.close()
+                return
+
+    def _receive_pending(self) -> int:
+        return self._receive.statistics().current_buffer_used
 
     async def _serve(self) -> None:
         while True:
             batch: list[Command] = []
             if not self._continuations:
-                first = None
-                with trio.move_on_after(self._idle_timeout):
+                self._waiting = True
+                try:
                     first = await self._receive.receive()
-                if first is None:
-                    if self._receive.statistics().current_buffer_used == 0:
-                        return  # idle: passivate (no await between check and return)
-                    continue
+                except trio.EndOfChannel:
+                    return  # idle: passivated
+                finally:
+                    self._waiting = False
                 batch.append(first)
+            self._batches += 1
             while len(batch) < MAX_BATCH:
                 try:
                     batch.append(self._receive.receive_nowait())
