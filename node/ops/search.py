@@ -9,7 +9,7 @@ from node.ops import reading
 from node.ops.context import Context, member_of
 from node.views import stored_message_view
 from protocol.errors import ErrorCode, OperationError
-from protocol.frames import Search, to_builtins
+from protocol.frames import Search
 from storage import search as index
 from storage.visibility import Viewer
 
@@ -53,7 +53,8 @@ async def search(ctx: Context, request: Search) -> dict[str, Any]:
         hits.append(
             {
                 "scopeId": message.scope_id,
-                "message": to_builtins(stored_message_view(message, member.id)),
+                # Encoded with the reply as it is: no dict of it first.
+                "message": stored_message_view(message, member.id),
                 "highlights": [list(span) for span in highlights(message.content, parsed)],
             }
         )
