@@ -49,7 +49,6 @@ import structlog
 from actors.planner import MessagePlan, MutationPlan
 from actors.ports import CommittedMutation, CommittedSend, ReactionActivity, ThreadActivity
 from actors.reactions import ReactionSummary
-from node.outbound import Outbound
 from node.views import (
     committed_message_view,
     rfc3339,
@@ -107,9 +106,19 @@ class EventRelay(Protocol):
     ) -> None: ...
 
 
+class Holding(Protocol):
+    """An outbound path that can keep its writes for one write later."""
+
+    def hold(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
 class LiveSession(Protocol):
     member_id: str
     is_daemon: bool
+
+    def release_held(self) -> None: ...
 
     def deliver_events(self, scope_id: str, events: list[tuple[int, bytes]]) -> None: ...
 
@@ -171,7 +180,7 @@ class Hub:
         self._revoked: dict[int, None] = {}
         self.skip_mutation_push = os.environ.get(SKIP_MUTATION_PUSH_ENV) == "1"
         self.relay: EventRelay | None = None
-        self._holding: list[Outbound] | None = None
+        self._holding: list[Holding] | None = None
 
     def add(self, session: LiveSession, credential_id: int | None = None) -> bool:
         """Register an authenticated session; False (not added) if its credential was revoked."""
@@ -289,7 +298,7 @@ class Hub:
             for outbound in held:
                 outbound.release()
 
-    def hold_reply(self, outbound: Outbound) -> None:
+    def hold_reply(self, outbound: Holding) -> None:
         """Inside :meth:`batch`: keep ``outbound``'s writes until the batch ends."""
         if self._holding is not None:
             outbound.hold()
@@ -389,11 +398,18 @@ class Hub:
                 op=activity.op,  # type: ignore[arg-type]
             )
         )
-        for reader in activity.audience:
+        # The reactor's sessions first: the one that asked holds its reply
+        # (hold_reply), and the reply and this event leave as one write
+        # before the other readers' writes.
+        reactor = activity.member_id
+        first = (reactor,) if reactor in activity.audience else ()
+        for reader in (*first, *(r for r in activity.audience if r != reactor)):
             woken = reader in activity.wakes
             for session in self._sessions.get(reader, ()):
                 if (woken or not session.is_daemon) and not session.is_muted(scope_id):
                     session.push(payload)
+                if reader == reactor:
+                    session.release_held()
         self.events_published += 1
         self.relay_event(
             scope_id,

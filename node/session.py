@@ -430,6 +430,10 @@ class Session:
     def push(self, payload: bytes) -> None:
         self.outbound.push(payload)
 
+    def release_held(self) -> None:
+        """Write what a held reply kept back (see Hub.hold_reply)."""
+        self.outbound.release()
+
     def deliver_events(self, scope_id: str, events: list[tuple[int, bytes]]) -> None:
         """Framed ``message`` events (seq, bytes) of one scope, sent as one write."""
         if self._muted is not None and scope_id in self._muted:

@@ -110,6 +110,8 @@ class _FakeSession:
     def is_muted(self, scope_id: str) -> bool:
         return False
 
+    def release_held(self) -> None: ...
+
 
 def test_a_hello_that_authenticated_before_the_revocation_is_refused_when_it_registers() -> None:
     hub = Hub(lambda keys: None)

@@ -22,6 +22,10 @@ class Pushable(Protocol):
 class Outgoing(Protocol):
     async def wait_for_room(self, size: int) -> None: ...
 
+    def hold(self) -> None: ...
+
+    def release(self) -> None: ...
+
 
 class Context(Protocol):
     """The requesting session: who asks, the node's services, and its outbound path."""

@@ -103,6 +103,8 @@ def _command(ctx: Context, request: React, member: Member, finished: Finished) -
         if isinstance(result, OperationError):
             finished(result)
         else:
+            # With the reactor's own event, if the actor publishes one (Hub.publish_reaction).
+            ctx.services.hub.hold_reply(ctx.outbound)
             ctx.push(encode(Reply(id=request.id, op="react", result=result)))
             finished(None)
 
