@@ -398,6 +398,7 @@ class Hub:
                 op=activity.op,  # type: ignore[arg-type]
             )
         )
+        framed = frame(payload)  # once for every session
         # The reactor's sessions first: the one that asked holds its reply
         # (hold_reply), and the reply and this event leave as one write
         # before the other readers' writes.
@@ -407,7 +408,7 @@ class Hub:
             woken = reader in activity.wakes
             for session in self._sessions.get(reader, ()):
                 if (woken or not session.is_daemon) and not session.is_muted(scope_id):
-                    session.push(payload)
+                    session.push_frame(framed)
                 if reader == reactor:
                     session.release_held()
         self.events_published += 1
