@@ -125,18 +125,20 @@ READABLE_PER_ROW = _readable_per_row()
 
 # Scopes where the viewer could read anything at all: a superset the index scan
 # is narrowed to; the predicate decides each row. Private agents keep every
-# interval (closed ones too) and the scopes their explicit context opens.
+# interval (closed ones too) and the scopes their explicit context opens. Only
+# ever read by `IN`: a scope listed twice costs nothing, so nothing removes
+# duplicates.
 _SCOPES_IN = """
 scopes_in AS (
     SELECT vm.scope_id FROM scope_memberships vm
     WHERE vm.member_id = %(viewer_id)s
       AND (vm.visibility = 'private' OR vm.effective_to_seq IS NULL)
-    UNION
+    UNION ALL
     SELECT t.id FROM scope_memberships pm
     JOIN scopes t ON t.parent_scope_id = pm.scope_id AND t.type = 'thread'
     WHERE NOT %(viewer_private)s AND pm.member_id = %(viewer_id)s
       AND pm.visibility = 'public' AND pm.effective_to_seq IS NULL
-    UNION
+    UNION ALL
     SELECT cx.source_scope_id FROM scope_message_sources cx
     WHERE %(viewer_private)s AND cx.context_member_id = %(viewer_id)s
 )"""
