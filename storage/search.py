@@ -60,10 +60,8 @@ class BadCursor(ValueError):
 # scopes, computed once per scope as scopes.viewer_for does (not once per row:
 # the planner would plan that lookup again at every place the predicate uses it).
 # ``docs`` (the scope's latest seq) sizes what the viewer could read.
-_RIGHTS_OF = """
-rights AS MATERIALIZED (
-    SELECT
-        sc.id AS scope_id,
+# What the readable predicate needs of one scope for this viewer.
+_RIGHTS_COLUMNS = """
         NOT %(viewer_private)s AND EXISTS (
             SELECT 1 FROM scope_memberships x
             WHERE x.scope_id = sc.id AND x.member_id = %(viewer_id)s
@@ -71,11 +69,19 @@ rights AS MATERIALIZED (
         ) AS viewer_public,
         sc.type = 'thread' AS in_thread,
         CASE WHEN sc.parent_scope_id IS NULL THEN ARRAY[sc.id]
-             ELSE ARRAY[sc.id, sc.parent_scope_id] END AS grant_scopes,
+             ELSE ARRAY[sc.id, sc.parent_scope_id] END AS grant_scopes"""
+_RIGHTS_OF = (
+    """
+rights AS MATERIALIZED (
+    SELECT
+        sc.id AS scope_id,"""
+    + _RIGHTS_COLUMNS
+    + """,
         sc.latest_seq AS docs
     FROM scopes sc
     WHERE {scopes}
 )"""
+)
 _RIGHTS = _RIGHTS_OF.format(scopes="sc.id IN (SELECT scope_id FROM scopes_in)")
 # With a scope filter only that scope is a candidate (its size decides the strategy).
 _RIGHTS_ONE = _RIGHTS_OF.format(
@@ -92,20 +98,16 @@ _RIGHTS_OF_CANDIDATES = _RIGHTS_OF.format(
 # up front: a newest-first page needs the rights of a few scopes, and reading
 # all of them (a join of the viewer's memberships with ``scopes``) cost more
 # than the walk itself.
-_RIGHTS_OF_ROW = """
+_RIGHTS_OF_ROW = (
+    """
 CROSS JOIN LATERAL (
-    SELECT
-        NOT %(viewer_private)s AND EXISTS (
-            SELECT 1 FROM scope_memberships x
-            WHERE x.scope_id = sc.id AND x.member_id = %(viewer_id)s
-              AND x.visibility = 'public' AND x.effective_to_seq IS NULL
-        ) AS viewer_public,
-        sc.type = 'thread' AS in_thread,
-        CASE WHEN sc.parent_scope_id IS NULL THEN ARRAY[sc.id]
-             ELSE ARRAY[sc.id, sc.parent_scope_id] END AS grant_scopes
+    SELECT"""
+    + _RIGHTS_COLUMNS
+    + """
     FROM scopes sc
     WHERE sc.id = d.scope_id
 ) sv"""
+)
 _PER_ROW = {
     "%(viewer_public)s": "sv.viewer_public",
     "%(in_thread)s": "sv.in_thread",
