@@ -418,6 +418,9 @@ def _gate(how: str, gated: bool) -> str:
     return f"(SELECT p.how FROM plan p) = '{how}'" if gated else "true"
 
 
+_RIGHTS_JOIN = "JOIN rights sv ON sv.scope_id = d.scope_id"
+
+
 def _branch(
     how: str,
     source: str,
@@ -426,7 +429,7 @@ def _branch(
     limit: int,
     *,
     gated: bool,
-    rights: str = "JOIN rights sv ON sv.scope_id = d.scope_id",
+    rights: str = _RIGHTS_JOIN,
 ) -> str:
     return f"""(
 SELECT {MESSAGE_COLUMNS}, {order.rank}
@@ -484,9 +487,14 @@ def _readable_query(
         if gated
         else "(SELECT array_agg(r.scope_id) FROM rights r)"
     )
-    # The terms strategy alone reads rights after its candidates (narrowed to
-    # the viewer's scopes first); it cannot report the viewer's sizes then.
+    # The terms or the walk strategy alone reads rights only for the scopes its
+    # candidates come from (narrowed to the viewer's scopes first); it cannot
+    # report the viewer's sizes then.
     lazy_rights = strategy in ("terms", "walk")
+    in_viewer_scopes = (
+        f"(d.scope_id IN (SELECT s.scope_id FROM {'scopes_in' if lazy_rights else 'rights'} s))"
+        " IS TRUE"
+    )
     ctes = [_SCOPES_IN]
     if not lazy_rights:
         ctes.append(_RIGHTS if filters.scope_id is None else _RIGHTS_ONE)
@@ -497,7 +505,7 @@ def _readable_query(
     if strategy in (None, "terms"):
         terms = _conditions(parsed, filters, params, indexed=True) + tail
         if lazy_rights:
-            terms.insert(0, "(d.scope_id IN (SELECT s.scope_id FROM scopes_in s)) IS TRUE")
+            terms.insert(0, in_viewer_scopes)
         ctes.append(_candidates("terms_docs", "terms", terms, relevance, gated=gated))
         if lazy_rights:
             ctes.append(_RIGHTS_OF_CANDIDATES)
@@ -513,21 +521,10 @@ def _readable_query(
     if strategy == "walk" or (gated and not relevance):
         # In the walk the viewer's scopes are a hashed filter on each row, tested
         # before its terms (not a join against every candidate scope per row).
-        alone = strategy == "walk"
-        candidates = "scopes_in s" if alone else "rights s"
-        walk = [
-            f"(d.scope_id IN (SELECT s.scope_id FROM {candidates})) IS TRUE",
-            *_conditions(parsed, filters, params, indexed=False),
-            *tail,
-        ]
+        walk = [in_viewer_scopes, *_conditions(parsed, filters, params, indexed=False), *tail]
+        rights = _RIGHTS_OF_ROW if lazy_rights else _RIGHTS_JOIN
         branch = _branch(
-            "walk",
-            "scope_message_search_docs",
-            walk,
-            order,
-            limit,
-            gated=gated,
-            **({"rights": _RIGHTS_OF_ROW} if alone else {}),
+            "walk", "scope_message_search_docs", walk, order, limit, gated=gated, rights=rights
         )
         branches.insert(0, branch)
     how = "(SELECT p.how FROM plan p)" if gated else f"'{strategy}'"
