@@ -88,7 +88,9 @@ def _parser() -> argparse.ArgumentParser:
 def _environment(path: str | None, pairs: list[str]) -> dict[str, str]:
     extra = dict(pair.split("=", 1) for pair in pairs)
     if path:
-        extra["PYTHONPATH"] = str(Path(path).resolve())
+        kept = os.environ.get("PYTHONPATH")
+        first = str(Path(path).resolve())
+        extra["PYTHONPATH"] = os.pathsep.join([first, kept]) if kept else first
     return extra
 
 
@@ -155,9 +157,9 @@ async def _block(side: Side, args: argparse.Namespace, *, counted: bool) -> None
         if counted:
             side.cpu_s += cpu
             side.ops += sends
-            side.blocks.append(
-                {"cpu_ms": 1000 * cpu / max(1, sends), "rate": sends / args.duration}
-            )
+            # The workload's own rate: its senders may finish after the duration.
+            rate = float(result.results["sends_per_s"])
+            side.blocks.append({"cpu_ms": 1000 * cpu / max(1, sends), "rate": rate})
         return
     before = proc_cpu_s(pid) or 0.0
     latencies = [await _one(side, args.op) for _ in range(args.per)]
