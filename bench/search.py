@@ -351,7 +351,7 @@ async def _send_rounds(
     without_index: list[float] = []
     # Untimed: the channel's actor, the prepared statements and the first
     # batches of a new scope belong to no phase.
-    await _sends(client, target, SEND_WARMUP)
+    await _sends(client, target, min(SEND_WARMUP, n))
     found = await _secondary_indexes(conn, ("scope_message_search_docs",))
     text_indexes = {name: found[name] for name in TEXT_INDEXES}
     indexed = True
