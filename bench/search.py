@@ -342,11 +342,11 @@ async def _send_rounds(
     after an untimed warm-up, the order flipped each round (with, without,
     without, with, with, without): consecutive phases on shared cores differ
     by about as much as the indexes do, and the phase right after the indexes
-    are built again would always be a "with" one otherwise. Every phase starts right after a checkpoint: building the
-    three indexes again writes hundreds of megabytes of WAL, and the
-    checkpoint that volume triggers (and the full-page writes after it) would
-    otherwise land in the phase that follows the build, always a "with" one.
-    The indexes are back at the end."""
+    are built again would always be a "with" one otherwise. Every phase
+    starts right after a checkpoint: building the three indexes again writes
+    hundreds of megabytes of WAL, and the checkpoint that volume triggers (and
+    the full-page writes after it) would otherwise land in the phase that
+    follows the build, always a "with" one. The indexes are back at the end."""
     with_index: list[float] = []
     without_index: list[float] = []
     # Untimed: the channel's actor, the prepared statements and the first
