@@ -86,7 +86,9 @@ async def serve_node(
         hub = Hub(marker.add)
         committer = None
         if settings.commit_lanes > 0:
-            committer = GroupCommitter(pool, lanes=settings.commit_lanes)
+            committer = GroupCommitter(
+                pool, lanes=settings.commit_lanes, gather=settings.commit_gather_ms / 1000
+            )
             nursery.start_soon(committer.run)
             group = committer
             metrics.gauges["group_commit_statements"] = lambda: float(group.transactions)

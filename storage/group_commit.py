@@ -6,7 +6,10 @@ the chains actors hand over while its previous statement runs and commits
 them as ONE statement (``SEND_GROUP``): one bind, one round trip, one commit,
 whatever mix of scopes and chain lengths is queued — the batch adapts to the
 load, with no timer: a lone send runs at once in its caller's task, and
-whatever queued meanwhile goes next. Each scope's chain stands alone in it — a
+whatever queued meanwhile goes next. While many actors send steadily, a free
+lane waits a moment (at most ``gather`` seconds) for its share of them —
+the most batches seen here at once lately, over the lanes — so that their
+batches go as one statement instead of trickling out one or two at a time. Each scope's chain stands alone in it — a
 fence miss or an idempotency hit writes nothing for that scope and is answered
 to that actor only. A lone one-send batch takes the single-send statement; a
 second chain for a scope already in the group takes the ordinary one-batch
@@ -15,6 +18,7 @@ path.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,11 +63,24 @@ class GroupCommitter:
     waits one scheduler pass in the queue and then takes the lane with
     everything queued meanwhile. Otherwise it queues, and the next lane to
     come free takes everything queued as one statement: the batch size follows
-    the load, with no timer. An actor has at most one batch here at a time, so
-    two lanes never hold the same scope.
+    the load. With ``gather`` set, a free lane that finds fewer batches queued
+    than its share — the most batches in flight and queued at once within the
+    last ``window`` seconds, over the lanes — waits for that share, at most
+    ``gather`` seconds: under a steady load the actors of one statement come
+    back together, and each statement carries more sends. A lone sender (also
+    one writing to many scopes in turn) has a share of one and never waits. An actor has at most one batch here at a time, so two lanes
+    never hold the same scope.
     """
 
-    def __init__(self, pool: Pool, *, lanes: int = 1, max_plans: int = 512) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        lanes: int = 1,
+        max_plans: int = 512,
+        gather: float = 0.0,
+        window: float = 0.02,
+    ) -> None:
         if lanes < 1:
             raise ValueError("a committer needs at least one lane")
         self._pool = pool
@@ -80,6 +97,15 @@ class GroupCommitter:
         # Whether the last statement to end had company: other batches in it,
         # in flight next to it or queued behind it.
         self._company = False
+        # Share gathering: the most batches here at once (in flight and
+        # queued) lately, and when that was seen; a free lane waits up to
+        # ``gather`` for its share of them.
+        self._gather = gather
+        self._window = window
+        self._held = 0
+        self._peak = 1
+        self._peak_at = -math.inf
+        self._filled = trio.lowlevel.ParkingLot()
         self.transactions = 0
         self.plans_committed = 0
 
@@ -102,7 +128,14 @@ class GroupCommitter:
     async def apply(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
         """Commit one actor's batch atomically (alone, or in a group statement)."""
         job = _Job(plans)
-        if self._running == 0 and not self._queue and not self._company:
+        share = self._note()
+        if share > 1:
+            self._queue.append(job)
+            if len(self._queue) >= share:
+                self._filled.unpark_all()
+            if self._running < self._lanes:
+                self._lot.unpark()
+        elif self._running == 0 and not self._queue and not self._company:
             await self._run_lane([job])
         elif self._running < self._lanes and not self._queue:
             # Others are sending (a statement is in flight, or the last one
@@ -126,6 +159,21 @@ class GroupCommitter:
         assert job.result is not None
         return job.result
 
+    def _note(self) -> int:
+        """Count a batch arriving; return a lane's share (1 when gathering is off)."""
+        if not self._gather:
+            return 1
+        now = trio.current_time()
+        load = self._held + len(self._queue) + 1
+        if load >= self._peak or now - self._peak_at > self._window:
+            self._peak, self._peak_at = load, now
+        return self._share(now)
+
+    def _share(self, now: float) -> int:
+        if not self._gather or now - self._peak_at > self._window:
+            return 1
+        return math.ceil(self._peak / self._lanes)
+
     def _withdraw(self, job: _Job) -> None:
         """Take back a batch cancelled before any lane took it; whatever others
         queued behind it meanwhile goes to a lane server (with no statement in
@@ -137,9 +185,11 @@ class GroupCommitter:
 
     async def _run_lane(self, jobs: list[_Job]) -> None:
         self._running += 1
+        self._held += len(jobs)
         try:
             await self._run_jobs(jobs)
         finally:
+            self._held -= len(jobs)
             self._company = len(jobs) > 1 or self._running > 1 or bool(self._queue)
             self._lane_done()
 
@@ -153,6 +203,13 @@ class GroupCommitter:
             if not self._queue or self._running >= self._lanes:
                 await self._lot.park()
                 continue
+            if len(self._queue) < self._share(trio.current_time()):
+                # The actors of the last statement are turning round (reply
+                # out, next request in): a moment's wait lets them go together.
+                with trio.move_on_after(self._gather):
+                    await self._filled.park()
+                if not self._queue or self._running >= self._lanes:
+                    continue
             await self._run_lane(self._take())
 
     async def _run_jobs(self, jobs: list[_Job]) -> None:

@@ -39,14 +39,14 @@ async def channels(database_url: str, count: int) -> tuple[Member, list[str]]:
 
 @asynccontextmanager
 async def running(
-    database_url: str, lanes: int
+    database_url: str, lanes: int, gather: float = 0.0
 ) -> AsyncIterator[tuple[GroupCommitter, PgScopeStore]]:
     """A committer with ``lanes`` lanes, running until the block ends."""
     async with (
         open_pool(database_url, size=4, configure=autocommit) as pool,
         trio.open_nursery() as nursery,
     ):
-        committer = GroupCommitter(pool, lanes=lanes)
+        committer = GroupCommitter(pool, lanes=lanes, gather=gather, window=30.0)
         nursery.start_soon(committer.run)
         yield committer, PgScopeStore(pool)
         nursery.cancel_scope.cancel()
@@ -152,12 +152,12 @@ async def test_single_batches_still_commit(database_url: str, lanes: int) -> Non
 
 @asynccontextmanager
 async def two_lanes(
-    database_url: str, scopes_count: int
+    database_url: str, scopes_count: int, gather: float = 0.0
 ) -> AsyncIterator[tuple[GroupCommitter, list[MessagePlan]]]:
     """A running two-lane committer and one planned send for each of
     ``scopes_count`` fresh channels."""
     author, scope_ids = await channels(database_url, scopes_count)
-    async with running(database_url, lanes=2) as (committer, store):
+    async with running(database_url, lanes=2, gather=gather) as (committer, store):
         plans = []
         for scope_id in scope_ids:
             state = ScopeState(await store.load_scope(scope_id))
@@ -188,11 +188,12 @@ async def test_with_a_statement_in_flight_batches_handed_over_together_share_the
     assert committer.transactions == 2
 
 
+@pytest.mark.parametrize("gather", [0.0, 5.0])
 async def test_a_lone_sender_commits_each_batch_in_its_own_task_at_once(
-    database_url: str,
+    database_url: str, gather: float
 ) -> None:
     seen: list[int] = []
-    async with two_lanes(database_url, 3) as (committer, plans):
+    async with two_lanes(database_url, 3, gather) as (committer, plans):
 
         async def bystander() -> None:
             seen.append(committer.in_flight)
@@ -224,3 +225,58 @@ async def test_a_batch_cancelled_before_its_lane_leaves_the_committer_working(
             (done,) = await committer.apply([plans[4]])
     assert done.seq == 1
     assert committer.plans_committed == 4  # the cancelled batch never ran
+
+
+async def follow_up(author: Member, store: PgScopeStore, scope_id: str, key: str) -> MessagePlan:
+    """The next send to ``scope_id`` (after the ones already committed)."""
+    state = ScopeState(await store.load_scope(scope_id))
+    decision = state.decide(SendCommand(author, "y", key, reply=lambda _: None), datetime.now(UTC))
+    assert isinstance(decision, Append)
+    return decision.plan
+
+
+async def test_a_free_lane_waits_for_its_share_of_the_actors_sending_lately(
+    database_url: str,
+) -> None:
+    author, scope_ids = await channels(database_url, 4)
+    gather = 5.0
+    async with running(database_url, lanes=2, gather=gather) as (committer, store):
+        together = [await follow_up(author, store, scope_id, "a") for scope_id in scope_ids]
+        async with trio.open_nursery() as senders:
+            for plan in together:
+                senders.start_soon(committer.apply, [plan])
+        before = committer.transactions
+        first, second = [await follow_up(author, store, s, "b") for s in scope_ids[:2]]
+        waited: list[float] = []
+
+        async def submit(plan: MessagePlan) -> None:
+            start = trio.current_time()
+            await committer.apply([plan])
+            waited.append(trio.current_time() - start)
+
+        # Four actors sent lately over two lanes: a share of two. The first
+        # batch waits for a second one (0.2 s later) instead of going alone.
+        async with trio.open_nursery() as senders:
+            senders.start_soon(submit, first)
+            await trio.sleep(0.2)
+            senders.start_soon(submit, second)
+        assert committer.transactions == before + 1
+        assert 0.2 <= max(waited) < gather
+
+
+async def test_a_share_that_does_not_come_waits_no_longer_than_gather(
+    database_url: str,
+) -> None:
+    author, scope_ids = await channels(database_url, 4)
+    gather = 0.3
+    async with running(database_url, lanes=2, gather=gather) as (committer, store):
+        together = [await follow_up(author, store, scope_id, "a") for scope_id in scope_ids]
+        async with trio.open_nursery() as senders:
+            for plan in together:
+                senders.start_soon(committer.apply, [plan])
+        plan = await follow_up(author, store, scope_ids[0], "b")
+        start = trio.current_time()
+        with trio.fail_after(5):
+            (done,) = await committer.apply([plan])
+        assert done.seq == 2
+        assert gather <= trio.current_time() - start < gather + 2
