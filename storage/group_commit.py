@@ -7,11 +7,11 @@ them as ONE statement (``SEND_GROUP``): one bind, one round trip, one commit,
 whatever mix of scopes and chain lengths is queued — the batch adapts to the
 load, with no timer: a lone send runs at once in its caller's task, and
 whatever queued meanwhile goes next. While many actors send steadily, a free
-lane waits a moment (at most ``gather`` seconds) for its share of them —
-the most batches seen here at once lately, over the lanes — so that their
-batches go as one statement instead of trickling out one or two at a time. Each scope's chain stands alone in it — a
-fence miss or an idempotency hit writes nothing for that scope and is answered
-to that actor only. A lone one-send batch takes the single-send statement; a
+lane waits a moment (at most ``gather`` seconds) for its share of them — the
+most batches seen here at once lately, over the lanes — so that their batches
+go as one statement instead of trickling out one or two at a time. Each
+scope's chain stands alone in it — a fence miss or an idempotency hit writes
+nothing for that scope and is answered to that actor only. A lone one-send batch takes the single-send statement; a
 second chain for a scope already in the group takes the ordinary one-batch
 path.
 """
@@ -68,8 +68,9 @@ class GroupCommitter:
     last ``window`` seconds, over the lanes — waits for that share, at most
     ``gather`` seconds: under a steady load the actors of one statement come
     back together, and each statement carries more sends. A lone sender (also
-    one writing to many scopes in turn) has a share of one and never waits. An actor has at most one batch here at a time, so two lanes
-    never hold the same scope.
+    one writing to many scopes in turn) has a share of one and never waits.
+    An actor has at most one batch here at a time, so two lanes never hold
+    the same scope.
     """
 
     def __init__(
