@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
@@ -235,18 +235,32 @@ async def follow_up(author: Member, store: PgScopeStore, scope_id: str, key: str
     return decision.plan
 
 
-async def test_a_free_lane_waits_for_its_share_of_the_actors_sending_lately(
-    database_url: str,
-) -> None:
+@asynccontextmanager
+async def after_four_at_once(
+    database_url: str, gather: float
+) -> AsyncIterator[tuple[GroupCommitter, Callable[[int], Awaitable[MessagePlan]]]]:
+    """A two-lane committer that just held four batches at once (a share of
+    two), and a maker of the next send to the i-th of those four scopes."""
     author, scope_ids = await channels(database_url, 4)
-    gather = 5.0
     async with running(database_url, lanes=2, gather=gather) as (committer, store):
         together = [await follow_up(author, store, scope_id, "a") for scope_id in scope_ids]
         async with trio.open_nursery() as senders:
             for plan in together:
                 senders.start_soon(committer.apply, [plan])
+
+        async def next_send(index: int) -> MessagePlan:
+            return await follow_up(author, store, scope_ids[index], "b")
+
+        yield committer, next_send
+
+
+async def test_a_free_lane_waits_for_its_share_of_the_batches_held_at_once_lately(
+    database_url: str,
+) -> None:
+    gather = 5.0
+    async with after_four_at_once(database_url, gather) as (committer, next_send):
         before = committer.transactions
-        first, second = [await follow_up(author, store, s, "b") for s in scope_ids[:2]]
+        first, second = await next_send(0), await next_send(1)
         waited: list[float] = []
 
         async def submit(plan: MessagePlan) -> None:
@@ -254,8 +268,8 @@ async def test_a_free_lane_waits_for_its_share_of_the_actors_sending_lately(
             await committer.apply([plan])
             waited.append(trio.current_time() - start)
 
-        # Four actors sent lately over two lanes: a share of two. The first
-        # batch waits for a second one (0.2 s later) instead of going alone.
+        # The first batch waits for a second one (0.2 s later) instead of
+        # going alone.
         async with trio.open_nursery() as senders:
             senders.start_soon(submit, first)
             await trio.sleep(0.2)
@@ -267,14 +281,9 @@ async def test_a_free_lane_waits_for_its_share_of_the_actors_sending_lately(
 async def test_a_share_that_does_not_come_waits_no_longer_than_gather(
     database_url: str,
 ) -> None:
-    author, scope_ids = await channels(database_url, 4)
     gather = 0.3
-    async with running(database_url, lanes=2, gather=gather) as (committer, store):
-        together = [await follow_up(author, store, scope_id, "a") for scope_id in scope_ids]
-        async with trio.open_nursery() as senders:
-            for plan in together:
-                senders.start_soon(committer.apply, [plan])
-        plan = await follow_up(author, store, scope_ids[0], "b")
+    async with after_four_at_once(database_url, gather) as (committer, next_send):
+        plan = await next_send(0)
         start = trio.current_time()
         with trio.fail_after(5):
             (done,) = await committer.apply([plan])
