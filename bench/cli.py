@@ -130,6 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--scopes", type=int, help="throughput: scopes R")
     w.add_argument("--max-sends", type=int, help="throughput: total send bound")
     w.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="throughput: mean pause in ms between one sender's reply and its next send, "
+        "drawn from an exponential distribution (0: back to back)",
+    )
+    w.add_argument(
         "--curve",
         metavar="N,N,...",
         help="throughput: the whole curve in one run, at these sender counts, one and two "
@@ -288,6 +295,7 @@ async def run_workload(env: Env, args: argparse.Namespace) -> WorkloadResult:
                 scopes=args.scopes,
                 duration_s=args.duration,
                 max_sends=args.max_sends,
+                pace_ms=args.pace,
             )
         case "fanout":
             return await fanout.run(

@@ -102,6 +102,16 @@ def test_throughput_sends_without_errors(node: NodeInfo, tmp_path: Path) -> None
     assert report["ratios"]["sends_per_s_over_raw_tx_per_s"] is not None
 
 
+def test_throughput_with_a_pace_pauses_between_sends(node: NodeInfo, tmp_path: Path) -> None:
+    # --quick: 4 senders, 400 sends at most, 2 s. Back to back they reach the
+    # bound; with pauses of 100 ms on average each sends about 20.
+    report = run_bench(node, tmp_path, "throughput", "--pace", "100", "--no-baseline")
+    results = report["results"]
+    assert results["pace_ms"] == 100
+    assert results["errors"] == {}
+    assert 0 < results["sends"] < 200
+
+
 def test_fanout_delivers_every_message_to_every_reader(node: NodeInfo, tmp_path: Path) -> None:
     report = run_bench(node, tmp_path, "fanout")
     results = report["results"]

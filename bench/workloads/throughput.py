@@ -1,13 +1,16 @@
 """throughput: S concurrent senders over R scopes for T seconds.
 
 Sender ``i`` writes to scope ``i % R`` as a browser session (no freshness),
-sequentially: the next send leaves when the previous reply arrived. Sessions
+sequentially: the next send leaves when the previous reply arrived, or, with
+``pace_ms``, after a pause drawn from an exponential distribution of that
+mean (senders that type rather than fire: a lighter, irregular load). Sessions
 are spread over a few human members (provisioning is slow through the CLI);
 each sender is its own WebSocket session.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 
@@ -22,7 +25,13 @@ CONTENT_PAD = "x" * 120
 
 
 async def run(
-    env: Env, *, senders: int, scopes: int, duration_s: float, max_sends: int
+    env: Env,
+    *,
+    senders: int,
+    scopes: int,
+    duration_s: float,
+    max_sends: int,
+    pace_ms: float = 0.0,
 ) -> WorkloadResult:
     ws = await env.workspace("bench-throughput")
     members = await env.members(ws, "human", "bench-tp-human", min(senders, env.members_cap))
@@ -59,7 +68,10 @@ async def run(
 
         async def sender(i: int, s: Session) -> None:
             target = f"scope:{scope_ids[i % scopes]}"
+            pauses = random.Random(f"{env.seed}-{i}")
             for k in range(per_sender):
+                if pace_ms > 0:
+                    await trio.sleep(pauses.expovariate(1000.0 / pace_ms))
                 start = time.perf_counter_ns()
                 try:
                     # No per-request timeout: the phase's own deadline bounds it.
@@ -99,6 +111,7 @@ async def run(
         "sends": total,
         "elapsed_s": round(elapsed, 3),
         "sends_per_s": round(total / elapsed, 1) if elapsed else 0.0,
+        "pace_ms": pace_ms,
         "states": dict(states),
         "errors": dict(errors),
         "latency": lat.summary(),
