@@ -19,7 +19,7 @@ path.
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +32,14 @@ from storage import applier
 from storage.pg import Pool, TrioConnection, reusable, worth_keeping
 
 log = structlog.get_logger(__name__)
+
+# Share gathering: the weight of one comeback in the moving average, and how
+# many scopes' answer times are kept (the oldest go first).
+_QUICK_WEIGHT = 0.05
+# A scope that sends again within this many ``gather`` periods of its answer
+# is a sender in a loop (a tool, an agent, a burst), not a person typing.
+_BACK_SOON = 4
+_ANSWERED_KEPT = 4096
 
 
 @dataclass(eq=False, slots=True)
@@ -67,8 +75,11 @@ class GroupCommitter:
     than its share — the most batches in flight and queued at once within the
     last ``window`` seconds, over the lanes — waits for that share, at most
     ``gather`` seconds: under a steady load the actors of one statement come
-    back together, and each statement carries more sends. A lone sender (also
-    one writing to many scopes in turn) has a share of one and never waits.
+    back together, and each statement carries more sends. Only while scopes
+    come back soon after their answers (within four ``gather`` periods, most
+    of the time lately): senders that pause between sends would only be
+    kept waiting. A lone sender (also one writing to many scopes in turn)
+    has a share of one and never waits.
     An actor has at most one batch here at a time, so two lanes never hold
     the same scope.
     """
@@ -107,6 +118,12 @@ class GroupCommitter:
         self._peak = 1
         self._peak_at = -math.inf
         self._filled = trio.lowlevel.ParkingLot()
+        # When each scope's last batch was answered, and how often lately a
+        # scope came back within ``gather`` of its answer (a moving average):
+        # senders that pause between sends never fill a share in time, and
+        # then no lane waits for one.
+        self._answered: OrderedDict[str, float] = OrderedDict()
+        self._quick = 1.0
         self.transactions = 0
         self.plans_committed = 0
 
@@ -129,7 +146,7 @@ class GroupCommitter:
     async def apply(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
         """Commit one actor's batch atomically (alone, or in a group statement)."""
         job = _Job(plans)
-        share = self._note()
+        share = self._note(job.scope_id)
         if share > 1:
             self._queue.append(job)
             if len(self._queue) >= share:
@@ -160,20 +177,33 @@ class GroupCommitter:
         assert job.result is not None
         return job.result
 
-    def _note(self) -> int:
+    def _note(self, scope_id: str) -> int:
         """Count a batch arriving; return a lane's share (1 when gathering is off)."""
         if not self._gather:
             return 1
         now = trio.current_time()
+        answered = self._answered.pop(scope_id, None)
+        if answered is not None:
+            back_soon = now - answered <= _BACK_SOON * self._gather
+            self._quick += (back_soon - self._quick) * _QUICK_WEIGHT
         load = self._held + len(self._queue) + 1
         if load >= self._peak or now - self._peak_at > self._window:
             self._peak, self._peak_at = load, now
         return self._share(now)
 
     def _share(self, now: float) -> int:
-        if not self._gather or now - self._peak_at > self._window:
+        if not self._gather or self._quick < 0.5 or now - self._peak_at > self._window:
             return 1
         return math.ceil(self._peak / self._lanes)
+
+    def _note_answered(self, jobs: list[_Job]) -> None:
+        now = trio.current_time()
+        answered = self._answered
+        for job in jobs:
+            answered[job.scope_id] = now
+            answered.move_to_end(job.scope_id)
+        while len(answered) > _ANSWERED_KEPT:
+            answered.popitem(last=False)
 
     def _withdraw(self, job: _Job) -> None:
         """Take back a batch cancelled before any lane took it; whatever others
@@ -191,6 +221,8 @@ class GroupCommitter:
             await self._run_jobs(jobs)
         finally:
             self._held -= len(jobs)
+            if self._gather:
+                self._note_answered(jobs)
             self._company = len(jobs) > 1 or self._running > 1 or bool(self._queue)
             self._lane_done()
 

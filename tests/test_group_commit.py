@@ -248,8 +248,12 @@ async def after_four_at_once(
             for plan in together:
                 senders.start_soon(committer.apply, [plan])
 
+        sent = 0
+
         async def next_send(index: int) -> MessagePlan:
-            return await follow_up(author, store, scope_ids[index], "b")
+            nonlocal sent
+            sent += 1
+            return await follow_up(author, store, scope_ids[index], f"b{sent}")
 
         yield committer, next_send
 
@@ -289,3 +293,19 @@ async def test_a_share_that_does_not_come_waits_no_longer_than_gather(
             (done,) = await committer.apply([plan])
         assert done.seq == 2
         assert gather <= trio.current_time() - start < gather + 2
+
+
+async def test_senders_that_pause_longer_than_a_moment_are_not_waited_for(
+    database_url: str,
+) -> None:
+    gather = 0.05
+    async with after_four_at_once(database_url, gather) as (committer, next_send):
+        # Twenty sends, each a quarter of a second after the last answer
+        # (well past four gather periods): people typing, not a loop.
+        for _ in range(20):
+            await trio.sleep(0.25)
+            await committer.apply([await next_send(0)])
+        plan = await next_send(1)
+        start = trio.current_time()
+        await committer.apply([plan])
+        assert trio.current_time() - start < gather * 0.8
