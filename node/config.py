@@ -42,8 +42,9 @@ class Settings:
     # (docs/performance.md, "Two commit lanes").
     commit_lanes: int = int(os.environ.get("SCOPENODE_COMMIT_LANES", "2"))
     # How long a free lane may wait for its share of the batches the committer
-    # held at once lately (0: never). One millisecond: about one sender's turn-around (reply out,
-    # next request in) on a busy node (docs/performance.md, "Round 12").
+    # held at once lately (0: never). One millisecond: about one sender's
+    # turn-around (reply out, next request in) on a busy node
+    # (docs/performance.md, "Round 12").
     commit_gather_ms: float = float(os.environ.get("SCOPENODE_COMMIT_GATHER_MS", "1"))
     actor_idle_timeout: float = 120.0
     max_inflight_requests: int = 64

@@ -11,9 +11,9 @@ lane waits a moment (at most ``gather`` seconds) for its share of them — the
 most batches seen here at once lately, over the lanes — so that their batches
 go as one statement instead of trickling out one or two at a time. Each
 scope's chain stands alone in it — a fence miss or an idempotency hit writes
-nothing for that scope and is answered to that actor only. A lone one-send batch takes the single-send statement; a
-second chain for a scope already in the group takes the ordinary one-batch
-path.
+nothing for that scope and is answered to that actor only. A lone one-send
+batch takes the single-send statement; a second chain for a scope already in
+the group takes the ordinary one-batch path.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ from storage.pg import Pool, TrioConnection, reusable, worth_keeping
 
 log = structlog.get_logger(__name__)
 
-# Share gathering: the weight of one comeback in the moving average, and how
-# many scopes' answer times are kept (the oldest go first).
-_QUICK_WEIGHT = 0.05
-# A scope that sends again within this many ``gather`` periods of its answer
-# is a sender in a loop (a tool, an agent, a burst), not a person typing.
+# Share gathering. A scope that sends again within _BACK_SOON ``gather``
+# periods of its answer is a sender in a loop (a tool, an agent, a burst), not
+# a person typing; _QUICK_WEIGHT is one comeback's weight in the moving
+# average of such comebacks; _ANSWERED_KEPT scopes' answer times are kept
+# (the oldest go first).
 _BACK_SOON = 4
+_QUICK_WEIGHT = 0.05
 _ANSWERED_KEPT = 4096
 
 
@@ -79,9 +80,8 @@ class GroupCommitter:
     come back soon after their answers (within four ``gather`` periods, most
     of the time lately): senders that pause between sends would only be
     kept waiting. A lone sender (also one writing to many scopes in turn)
-    has a share of one and never waits.
-    An actor has at most one batch here at a time, so two lanes never hold
-    the same scope.
+    has a share of one and never waits. An actor has at most one batch here
+    at a time, so two lanes never hold the same scope.
     """
 
     def __init__(
@@ -119,9 +119,9 @@ class GroupCommitter:
         self._peak_at = -math.inf
         self._filled = trio.lowlevel.ParkingLot()
         # When each scope's last batch was answered, and how often lately a
-        # scope came back within ``gather`` of its answer (a moving average):
-        # senders that pause between sends never fill a share in time, and
-        # then no lane waits for one.
+        # scope came back soon after its answer (a moving average): senders
+        # that pause between sends never fill a share in time, and then no
+        # lane waits for one.
         self._answered: OrderedDict[str, float] = OrderedDict()
         self._quick = 1.0
         self.transactions = 0
