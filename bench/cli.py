@@ -143,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
         "senders per scope, each point against the raw statement at the same concurrency "
         "(--duration per point, --db-duration per raw level)",
     )
+    w.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="throughput --curve: raw/node pairs per point, the node first every other "
+        "pair; the point reports the medians",
+    )
     w.add_argument("--readers", type=int, help="fanout/baseline/reactions: reader sessions N")
     w.add_argument("--reactors", type=int, help="reactions: members reacting at once")
     w.add_argument("--reactions", type=int, help="reactions: add/remove bound over all rounds")
@@ -391,6 +398,7 @@ async def run_curve(
         duration_s=args.duration,
         db_duration_s=args.db_duration,
         max_sends=args.max_sends,
+        rounds=max(1, args.rounds),
     )
     async with open_node(
         args.url,

@@ -3,9 +3,12 @@
 One node, one database server. For every point (``n`` senders) and series
 (one sender per scope: ``n`` scopes; two per scope: ``n/2`` scopes) the raw
 send statement runs at concurrency ``n`` over as many scopes
-(:mod:`bench.dbbaseline`, the node idle), then the throughput workload with ``n`` senders, back to back, so
-each ratio compares figures taken seconds apart under the same noise; each
-of the two phases starts right after a ``CHECKPOINT``. Node
+(:mod:`bench.dbbaseline`, the node idle) and the throughput workload with
+``n`` senders, back to back, so each ratio compares figures taken seconds
+apart under the same noise; each phase starts right after a ``CHECKPOINT``.
+With ``rounds`` > 1 the pair is repeated, the node going first every other
+round, and the point reports the median of each figure (its ratio the median
+of the rounds' ratios), the rounds kept beside it. Node
 CPU per send comes from ``/proc/<pid>/stat`` over the measured window; the
 load average is recorded with every point (the machine may be shared).
 Every phase is bounded: ``duration`` seconds and ``max_sends`` sends per
@@ -15,6 +18,7 @@ point, ``db_duration`` seconds per raw level.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +26,7 @@ from typing import Any
 from bench.dbbaseline import DbPlan, checkpoint, measure_db
 from bench.stats import MachineCpu
 from bench.workloads import throughput
-from bench.workloads.common import Env, ratio
+from bench.workloads.common import Env, WorkloadResult, ratio
 
 SERIES = (1, 2)  # senders per scope
 
@@ -34,6 +38,7 @@ class CurvePlan:
     db_duration_s: float
     max_sends: int
     series: tuple[int, ...] = SERIES
+    rounds: int = 1
 
 
 def parse_points(text: str) -> tuple[int, ...]:
@@ -48,83 +53,139 @@ def _load() -> float:
 
 
 async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
-    """Measure every (series, point); returns ``{"points": [...], "raw_sequential": ...}``."""
-    out: dict[str, Any] = {"points": []}
-    raw_levels: dict[int, dict[str, Any]] = {}
+    """Measure every (series, point); returns ``{"points": [...]}``."""
+    out: dict[str, Any] = {"points": [], "rounds": plan.rounds}
+    raw_own: dict[int, float | None] = {}
     for per_scope in plan.series:
         for senders in plan.points:
-            scopes = max(1, senders // per_scope)
             if per_scope > 1 and senders < per_scope:
                 continue
-            load_before = _load()
-            # The raw statement at this concurrency, measured again for each
-            # series: the database grows during the run, and so does its cost.
-            env.progress.phase(f"raw x{senders}", 1)
-            await checkpoint(dsn)
-            raw_machine = MachineCpu()
-            # Its workers share scopes as the senders do: two senders per scope
-            # are compared with two raw workers per scope.
-            raw = await measure_db(
-                dsn,
-                DbPlan(
-                    sequential=0,
-                    concurrency=(senders,),
-                    duration_s=plan.db_duration_s,
-                    per_scope=per_scope,
-                ),
-            )
-            raw_cpu = raw_machine.stop()
-            env.progress.close()
-            level = raw["concurrent"][str(senders)]
-            own = level if per_scope == 1 else raw_levels.get(senders)
+            # Every other round the node goes first, so a drift of the
+            # machine's speed within a point favours neither side.
+            rounds = [
+                await _round(env, dsn, plan, senders, per_scope, node_first=r % 2 == 1)
+                for r in range(plan.rounds)
+            ]
+            point = _combine(rounds)
             if per_scope == 1:
-                raw_levels[senders] = level
-            await checkpoint(dsn)
-            result = await throughput.run(
-                env,
-                senders=senders,
-                scopes=scopes,
-                duration_s=plan.duration_s,
-                max_sends=plan.max_sends,
-            )
-            res = result.results
-            node_cpu = result.cpu.node_cpu_s
-            sends = res["sends"]
-            out["points"].append(
-                {
-                    "senders_per_scope": per_scope,
-                    "senders": senders,
-                    "scopes": scopes,
-                    "sends": sends,
-                    "sends_per_s": res["sends_per_s"],
-                    "raw_tx_per_s": level["tx_per_s"],
-                    # The one-sender-per-scope series' raw figure at the same
-                    # concurrency (every raw worker on its own scope).
-                    "raw_own_scopes_tx_per_s": own.get("tx_per_s") if own else None,
-                    "ratio": ratio(res["sends_per_s"], level["tx_per_s"]),
-                    "p50_ms": res["latency"].get("p50_ms"),
-                    "raw_p50_ms": level.get("p50_ms"),
-                    "p99_ms": res["latency"].get("p99_ms"),
-                    "node_cpu_ms_per_send": (
-                        round(1000 * node_cpu / sends, 3) if node_cpu and sends else None
-                    ),
-                    "generator_cpu_s": result.cpu.generator_cpu_s,
-                    # The whole machine: busy share and CPU ms per send (node,
-                    # load generator and PostgreSQL together), and the same
-                    # for the raw phase per transaction. Raw's window also
-                    # holds its connects; they are milliseconds of seconds.
-                    "machine_busy": _get(result.cpu.machine, "busy"),
-                    "machine_cpu_ms_per_send": _per(result.cpu.machine, sends),
-                    "raw_machine_busy": _get(raw_cpu, "busy"),
-                    "raw_machine_cpu_ms_per_tx": _per(raw_cpu, level.get("transactions")),
-                    # The node's send statements in the run.
-                    "statements": res.get("statements"),
-                    "errors": res["errors"],
-                    "load_avg_1m": [load_before, _load()],
-                    "at": time.strftime("%H:%M:%S"),
-                }
-            )
+                raw_own[senders] = point["raw_tx_per_s"]
+            # The one-sender-per-scope series' raw figure at the same
+            # concurrency (every raw worker on its own scope).
+            point["raw_own_scopes_tx_per_s"] = raw_own.get(senders)
+            out["points"].append(point)
     return out
+
+
+async def _round(
+    env: Env, dsn: str, plan: CurvePlan, senders: int, per_scope: int, *, node_first: bool
+) -> dict[str, Any]:
+    """One raw phase and one node phase at this point, each after a ``CHECKPOINT``."""
+    load_before = _load()
+    if node_first:
+        node = await _node_phase(env, dsn, plan, senders, per_scope)
+        level, raw_cpu = await _raw_phase(env, dsn, plan, senders, per_scope)
+    else:
+        level, raw_cpu = await _raw_phase(env, dsn, plan, senders, per_scope)
+        node = await _node_phase(env, dsn, plan, senders, per_scope)
+    res = node.results
+    node_cpu = node.cpu.node_cpu_s
+    sends = res["sends"]
+    return {
+        "senders_per_scope": per_scope,
+        "senders": senders,
+        "scopes": _scopes(senders, per_scope),
+        "sends": sends,
+        "sends_per_s": res["sends_per_s"],
+        "raw_tx_per_s": level["tx_per_s"],
+        "ratio": ratio(res["sends_per_s"], level["tx_per_s"]),
+        "p50_ms": res["latency"].get("p50_ms"),
+        "raw_p50_ms": level.get("p50_ms"),
+        "p99_ms": res["latency"].get("p99_ms"),
+        "node_cpu_ms_per_send": round(1000 * node_cpu / sends, 3) if node_cpu and sends else None,
+        "generator_cpu_s": node.cpu.generator_cpu_s,
+        # The whole machine: busy share and CPU ms per send (node, load
+        # generator and PostgreSQL together), and the same for the raw phase
+        # per transaction. Raw's window also holds its connects; they are
+        # milliseconds of seconds.
+        "machine_busy": _get(node.cpu.machine, "busy"),
+        "machine_cpu_ms_per_send": _per(node.cpu.machine, sends),
+        "raw_machine_busy": _get(raw_cpu, "busy"),
+        "raw_machine_cpu_ms_per_tx": _per(raw_cpu, level.get("transactions")),
+        # The node's send statements in the run.
+        "statements": res.get("statements"),
+        "errors": res["errors"],
+        "load_avg_1m": [load_before, _load()],
+        "at": time.strftime("%H:%M:%S"),
+    }
+
+
+def _scopes(senders: int, per_scope: int) -> int:
+    return max(1, senders // per_scope)
+
+
+async def _raw_phase(
+    env: Env, dsn: str, plan: CurvePlan, senders: int, per_scope: int
+) -> tuple[dict[str, Any], dict[str, float] | None]:
+    """The raw statement at this concurrency, measured again for each series
+    and round: the database grows during the run, and so does its cost."""
+    env.progress.phase(f"raw x{senders}", 1)
+    await checkpoint(dsn)
+    machine = MachineCpu()
+    # Its workers share scopes as the senders do: two senders per scope are
+    # compared with two raw workers per scope.
+    raw = await measure_db(
+        dsn,
+        DbPlan(
+            sequential=0,
+            concurrency=(senders,),
+            duration_s=plan.db_duration_s,
+            per_scope=per_scope,
+        ),
+    )
+    cpu = machine.stop()
+    env.progress.close()
+    level: dict[str, Any] = raw["concurrent"][str(senders)]
+    return level, cpu
+
+
+async def _node_phase(
+    env: Env, dsn: str, plan: CurvePlan, senders: int, per_scope: int
+) -> WorkloadResult:
+    await checkpoint(dsn)
+    return await throughput.run(
+        env,
+        senders=senders,
+        scopes=_scopes(senders, per_scope),
+        duration_s=plan.duration_s,
+        max_sends=plan.max_sends,
+    )
+
+
+def _combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """A point from its rounds: the median of every figure (the ratio is the
+    median of the rounds' own ratios, not a ratio of medians), counts summed,
+    and the rounds themselves kept."""
+    if len(rounds) == 1:
+        return dict(rounds[0])
+    point = dict(rounds[0])
+    for key, value in rounds[0].items():
+        if isinstance(value, float | int) and key not in _FIXED:
+            values = [r[key] for r in rounds if r.get(key) is not None]
+            point[key] = statistics.median(values) if values else None
+    for key in ("sends", "statements"):
+        counts = [r.get(key) for r in rounds]
+        point[key] = sum(counts) if all(c is not None for c in counts) else None
+    errors: dict[str, int] = {}
+    for r in rounds:
+        for code, n in r["errors"].items():
+            errors[code] = errors.get(code, 0) + n
+    point["errors"] = errors
+    point["load_avg_1m"] = [rounds[0]["load_avg_1m"][0], rounds[-1]["load_avg_1m"][1]]
+    point["rounds"] = rounds
+    return point
+
+
+_FIXED = frozenset({"senders_per_scope", "senders", "scopes", "sends", "statements"})
 
 
 def _get(cpu: dict[str, float] | None, key: str) -> float | None:

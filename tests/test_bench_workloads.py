@@ -159,13 +159,13 @@ def test_curve_reports_every_point_with_its_raw_statement_and_machine_cpu(
     tmp_path: Path,
 ) -> None:
     """``throughput --curve``: both series, each point against the raw statement
-    at its concurrency, with the machine's CPU for both phases; the table
-    renders every point."""
+    at its concurrency, with the machine's CPU for both phases, in two rounds
+    (the node first in the second); the table renders every point."""
     from bench.curve import render
 
     out = tmp_path / "curve.json"
     argv = ["throughput", "--curve", "1,2", "--duration", "1", "--db-duration", "1"]
-    argv += ["--members", "2", "--no-progress", "--json", str(out)]
+    argv += ["--rounds", "2", "--members", "2", "--no-progress", "--json", str(out)]
     assert main(argv) == 0
     curve = json.loads(out.read_text())["results"]["curve"]
     shapes = [(p["senders_per_scope"], p["senders"]) for p in curve["points"]]
@@ -178,6 +178,8 @@ def test_curve_reports_every_point_with_its_raw_statement_and_machine_cpu(
         assert 0.0 < point["raw_machine_busy"] <= 1.0
         assert point["machine_cpu_ms_per_send"] >= point["node_cpu_ms_per_send"] > 0
         assert point["raw_machine_cpu_ms_per_tx"] > 0
+        assert len(point["rounds"]) == 2
+        assert point["sends"] == sum(r["sends"] for r in point["rounds"])
     table = render(curve)
     assert len(table.splitlines()) == 2 + len(curve["points"])
     assert "machine busy" in table
