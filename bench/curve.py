@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,18 +169,15 @@ def _combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     if len(rounds) == 1:
         return dict(rounds[0])
     point = dict(rounds[0])
-    for key, value in rounds[0].items():
-        if isinstance(value, float | int) and key not in _FIXED:
-            values = [r[key] for r in rounds if r.get(key) is not None]
-            point[key] = statistics.median(values) if values else None
+    # A figure missing from one round (None) is the median of the others'.
+    figures = {k for r in rounds for k, v in r.items() if isinstance(v, float | int)}
+    for key in figures - _FIXED:
+        values = [r[key] for r in rounds if r.get(key) is not None]
+        point[key] = statistics.median(values)
     for key in ("sends", "statements"):
         counts = [r.get(key) for r in rounds]
         point[key] = sum(counts) if all(c is not None for c in counts) else None
-    errors: dict[str, int] = {}
-    for r in rounds:
-        for code, n in r["errors"].items():
-            errors[code] = errors.get(code, 0) + n
-    point["errors"] = errors
+    point["errors"] = dict(sum((Counter(r["errors"]) for r in rounds), Counter()))
     point["load_avg_1m"] = [rounds[0]["load_avg_1m"][0], rounds[-1]["load_avg_1m"][1]]
     point["rounds"] = rounds
     return point
