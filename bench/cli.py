@@ -153,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--readers", type=int, help="fanout/baseline/reactions: reader sessions N")
     w.add_argument("--reactors", type=int, help="reactions: members reacting at once")
     w.add_argument("--reactions", type=int, help="reactions: add/remove bound over all rounds")
+    w.add_argument(
+        "--relay-floor",
+        choices=("inline", "thread"),
+        help="reactions: also run every round through a bare relay (bench.relayfloor) that "
+        "does only the statement, the reply and the readers' events (written inline or "
+        "from a thread): the floor of any Python relay on this machine",
+    )
     w.add_argument("--rate", type=float, default=0.0, help="fanout: sends/s (0: back to back)")
     w.add_argument("--window", type=int, default=32, help="fanout: sends in flight")
     w.add_argument("--sample-every", type=int, help="readers parse every k-th frame (50)")
@@ -266,14 +273,19 @@ def ratios(workload: str, results: dict[str, Any], baseline: dict[str, Any]) -> 
                 "target_min_over_node_ws": 2.0,
             }
         case "reactions":
-            raw_stmt = results.get("raw_statement", {})
-            return {
+            raw_p50 = results.get("raw_statement", {}).get("p50_ms")
+            found = {
                 "reaction_p50_over_raw_statement_p50": ratio(
-                    results["reply_latency"].get("p50_ms"), raw_stmt.get("p50_ms")
+                    results["reply_latency"].get("p50_ms"), raw_p50
                 ),
                 "at_concurrency": results["reactors"],
                 "target_max": 1.5,
             }
+            if "relay_floor" in results:
+                found["relay_floor_p50_over_raw_statement_p50"] = ratio(
+                    results["relay_floor"]["p50_ms"], raw_p50
+                )
+            return found
         case "idle":
             return {
                 "kib_per_session_over_target": ratio(
@@ -331,6 +343,7 @@ async def run_workload(env: Env, args: argparse.Namespace) -> WorkloadResult:
                 duration_s=args.duration,
                 database_url=args.database_url,
                 baseline=not args.no_baseline,
+                relay_floor=args.relay_floor,
             )
     raise ValueError(args.workload)
 

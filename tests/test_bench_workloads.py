@@ -204,6 +204,22 @@ def test_reactions_reach_every_reader_and_time_the_raw_statement(
     assert report["ratios"]["reaction_p50_over_raw_statement_p50"] is not None
 
 
+@pytest.mark.parametrize("events", ["inline", "thread"])
+def test_the_relay_floor_answers_every_reaction_and_reaches_every_reader(
+    node: NodeInfo, tmp_path: Path, events: str
+) -> None:
+    """``--relay-floor``: the same reactions through the bare relay, in every
+    round, each change's event at every reader of the relay."""
+    report = run_bench(node, tmp_path, "reactions", "--relay-floor", events)
+    floor = report["results"]["relay_floor"]
+    assert floor["events"] == events
+    assert floor["count"] > 0
+    # Every op of a sequence changes something (add, then remove, in turn).
+    assert floor["changed"] == floor["count"]
+    assert floor["deliveries"] == floor["expected_deliveries"] == 3 * floor["count"]
+    assert report["ratios"]["relay_floor_p50_over_raw_statement_p50"] is not None
+
+
 def test_search_bench_runs_every_class_and_both_send_phases(tmp_path: Path) -> None:
     """``scopenode bench search`` on a tiny corpus: every query of every class
     answered through the node and raw, and sends timed with and without the

@@ -34,6 +34,7 @@ import trio
 from bench.baseline import NoDatabase, open_database
 from bench.client import RequestError, Session
 from bench.reaction_readers import Key, ReaderProcesses, reaction_key
+from bench.relayfloor import RelayFloor, open_relay_floor, reactor_viewers
 from bench.stats import Latency
 from bench.workloads.common import (
     CpuWindow,
@@ -45,7 +46,6 @@ from bench.workloads.common import (
 )
 from storage import pg
 from storage import reactions as stored_reactions
-from storage.directory import SELECT_MEMBERS, member_from_row
 from storage.visibility import Viewer
 
 EMOJI = "👍"
@@ -168,17 +168,8 @@ async def _open_raw(
         conn = await pg.connect(dsn, autocommit=True)
         stack.push_async_callback(conn.close)
         conns.append(conn)
-    cur = await conns[0].execute(SELECT_MEMBERS, (member_ids,))
-    by_id = {m.id: m for m in map(member_from_row, await cur.fetchall())}
-    # The actor passes the generation of the roster it decided on; nothing
-    # changes the roster during the run, so the database's current one holds.
-    cur = await conns[0].execute("SELECT roster_generation FROM scopes WHERE id = %s", (scope_id,))
-    row = await cur.fetchone()
-    assert row is not None
-    # What the actor passes for a human with a current public membership of
-    # a channel: public reader, the channel as its only grant scope, no thread.
-    viewers = [Viewer(by_id[m], True, (scope_id,), False) for m in member_ids]
-    return RawReactions(conns, viewers, scope_id, int(row[0]))
+    viewers, generation = await reactor_viewers(conns[0], scope_id, member_ids)
+    return RawReactions(conns, viewers, scope_id, generation)
 
 
 async def run(
@@ -191,6 +182,7 @@ async def run(
     duration_s: float,
     database_url: str | None,
     baseline: bool = True,
+    relay_floor: str | None = None,
 ) -> WorkloadResult:
     ws = await env.workspace("bench-reactions")
     reactor_members = await env.members(ws, "human", "bench-rx-reactor", reactors)
@@ -255,6 +247,17 @@ async def run(
                 raw = await _open_raw(stack, dsn, scope, [s.member_id for s in rx])
             except NoDatabase as e:
                 raw_skipped = str(e)
+        floor: RelayFloor | None = None
+        if relay_floor and raw is not None:
+            floor = await open_relay_floor(
+                stack,
+                dsn,
+                scope,
+                [s.member_id for s in rx],
+                readers,
+                env.reader_processes,
+                relay_floor,
+            )
         # Joins and sends emit events to every reader: let them drain first.
         await trio.sleep(0.5)
 
@@ -319,9 +322,17 @@ async def run(
                 start = time.perf_counter_ns()
                 await rx[0].ping()
                 ping_lat.record_ns(time.perf_counter_ns() - start)
+            if floor is not None:
+                env.progress.phase(f"relay floor {r + 1}/{ROUNDS}", 1)
+                p0 = time.monotonic()
+                floor_ops = await floor.run_phase(ops, phase_s)
+                entry["relay_floor_reactions"] = floor_ops
+                entry["relay_floor_per_s"] = round(floor_ops / (time.monotonic() - p0), 1)
+                env.progress.close()
             entry["load_avg_1m"].append(_load())
             rounds.append(entry)
         delivered = await deliveries.finish()
+        floor_events = await floor.close() if floor is not None else 0
     cpu.generator_cpu_s = round(cpu_gen, 3)
     cpu.node_cpu_s = round(cpu_node, 3) if env.node.pid else None
     expected = sum(e["expected_deliveries"] for e in rounds)
@@ -361,4 +372,13 @@ async def run(
         latencies.append(raw.latency)
     else:
         results["raw_statement"] = {"skipped": raw_skipped}
+    if floor is not None:
+        results["relay_floor"] = {
+            "events": relay_floor,
+            "changed": floor.changed,
+            "deliveries": floor_events,
+            "expected_deliveries": floor.changed * readers,
+            **floor.latency.summary(),
+        }
+        latencies.append(floor.latency)
     return WorkloadResult(results, cpu, latencies)

@@ -1,0 +1,387 @@
+"""The floor of a reaction through any Python relay on this machine.
+
+A reaction through the node is a WebSocket request, the reaction statement
+and a reply, then one ``reaction`` event to every reader. This server does
+only that and nothing else: no authentication, no actor, no policy, no
+protocol frames beyond a short JSON reply — one frame in, the very storage
+call the node's Applier makes (``storage.reactions.react``, one autocommit
+connection per reactor), one reply frame written straight to the socket,
+then the event's bytes (framed once) written to every reader socket, on trio
+in one process, as the node writes them. What it costs over the raw
+statement is the least any relay in Python pays here; the node's distance to
+it is what the node itself adds.
+
+``--events thread`` writes the readers' events from a second thread instead,
+so the next request can be read and run while the events go out (the write
+system calls release the interpreter's lock).
+
+Run by ``scopenode bench reactions --relay-floor`` (``bench.workloads.reactions``)::
+
+    python -m bench.relayfloor serve --dsn DSN --scope S --generation G --members M1,M2
+    python -m bench.relayfloor readers --url ws://127.0.0.1:PORT/reader --count N
+
+``serve`` prints ``PORT <n>`` once listening and serves until its standard
+input closes; ``readers`` prints ``READY`` once its sessions are open and,
+when its standard input closes, ``EVENTS <n>`` (every event its sessions got).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack, suppress
+
+import msgspec
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, Request
+
+from bench import leanws
+from bench.stats import Latency
+from node.wsframe import frame
+from node.wsinbound import TEXT, InboundFrames
+from storage import pg
+from storage import reactions as stored_reactions
+from storage.directory import SELECT_MEMBERS, member_from_row
+from storage.visibility import Viewer
+
+EMOJI = "👍"
+MAX_MESSAGE = 64 * 1024
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class Ask(msgspec.Struct):
+    m: str
+    op: str
+
+
+_decode_ask = msgspec.json.Decoder(Ask).decode
+
+
+def ask_frame(message_id: str, op: str) -> bytes:
+    """The request a reactor sends for one reaction."""
+    return msgspec.json.encode(Ask(message_id, op))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Blocking write of ``data`` to a non-blocking socket (the events thread)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [])
+
+
+def write_each(data: bytes, fds: Sequence[int]) -> None:
+    for fd in fds:
+        # A reader that left: the relay does not track it.
+        with suppress(OSError):
+            _write_all(fd, data)
+
+
+class EventWriter:
+    """Writes one payload to many sockets from a thread of its own."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[bytes, list[int]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def put(self, data: bytes, fds: list[int]) -> None:
+        self._jobs.put((data, fds))
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            write_each(*job)
+
+
+async def _handshake(stream: trio.SocketStream) -> tuple[str, bytes]:
+    ws = WSConnection(ConnectionType.SERVER)
+    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                raise ConnectionError("EOF during the upgrade")
+            ws.receive_data(data)
+            for event in ws.events():
+                if isinstance(event, Request):
+                    await stream.send_all(ws.send(AcceptConnection()))
+                    return event.target, b""
+
+
+class Relay:
+    def __init__(
+        self,
+        conns: list[pg.TrioConnection],
+        viewers: list[Viewer],
+        scope_id: str,
+        generation: int,
+        threaded: bool,
+    ) -> None:
+        self.conns = conns
+        self.viewers = viewers
+        self.scope_id = scope_id
+        self.generation = generation
+        self.readers: list[int] = []
+        self.writer = EventWriter() if threaded else None
+
+    async def connection(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                target, _ = await _handshake(stream)
+            except (trio.TooSlowError, ConnectionError, trio.BrokenResourceError):
+                return
+            fd = stream.socket.fileno()
+            if target == "/reader":
+                self.readers.append(fd)
+                try:
+                    while await stream.receive_some(65536):
+                        pass
+                except trio.BrokenResourceError:
+                    pass
+                self.readers.remove(fd)
+            elif target.startswith("/reactor/"):
+                await self._reactor(stream, int(target.rsplit("/", 1)[1]))
+
+    async def _reactor(self, stream: trio.SocketStream, i: int) -> None:
+        conn, viewer = self.conns[i], self.viewers[i]
+        fd = stream.socket.fileno()
+        frames = InboundFrames(MAX_MESSAGE)
+        while data := await stream.receive_some(65536):
+            for kind, payload in frames.feed(data):
+                if kind != TEXT:
+                    return
+                ask = _decode_ask(payload)
+                outcome = await stored_reactions.react(
+                    conn, ask.op, viewer, self.scope_id, self.generation, ask.m, EMOJI
+                )
+                reply = b'{"type":"reply","changed":%s}' % (
+                    b"true" if outcome.changed else b"false"
+                )
+                _write_all(fd, frame(reply))
+                if outcome.changed:
+                    self._publish(ask)
+
+    def _publish(self, ask: Ask) -> None:
+        event = frame(
+            b'{"type":"reaction","messageId":"%s","emoji":"%s","op":"%s"}'
+            % (ask.m.encode(), EMOJI.encode(), ask.op.encode())
+        )
+        if self.writer is not None:
+            self.writer.put(event, list(self.readers))
+            return
+        write_each(event, self.readers)
+
+
+async def reactor_viewers(
+    conn: pg.TrioConnection, scope_id: str, member_ids: Sequence[str]
+) -> tuple[list[Viewer], int]:
+    cur = await conn.execute(SELECT_MEMBERS, (list(member_ids),))
+    by_id = {m.id: m for m in map(member_from_row, await cur.fetchall())}
+    cur = await conn.execute("SELECT roster_generation FROM scopes WHERE id = %s", (scope_id,))
+    row = await cur.fetchone()
+    assert row is not None
+    """What the actor passes for a human with a current public membership of a
+    channel (a public reader, the channel its only grant scope, no thread), and
+    the roster generation: nothing changes the roster during a run."""
+    return [Viewer(by_id[m], True, (scope_id,), False) for m in member_ids], int(row[0])
+
+
+async def _until_stdin_closes() -> None:
+    await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
+
+
+async def serve(dsn: str, scope_id: str, member_ids: list[str], threaded: bool) -> None:
+    conns = [await pg.connect(dsn, autocommit=True) for _ in member_ids]
+    viewers, generation = await reactor_viewers(conns[0], scope_id, member_ids)
+    relay = Relay(conns, viewers, scope_id, generation, threaded)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    print(f"PORT {listeners[0].socket.getsockname()[1]}", flush=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, relay.connection, listeners)
+        await _until_stdin_closes()
+        nursery.cancel_scope.cancel()
+    for conn in conns:
+        await conn.close()
+
+
+async def readers(url: str, count: int) -> None:
+    events = 0
+
+    async def drain(ws: leanws.LeanWebSocket) -> None:
+        nonlocal events
+        try:
+            while True:
+                await ws.get_message()
+                events += 1
+        except leanws.Closed:
+            pass
+
+    sessions = [await leanws.connect(url, 10.0) for _ in range(count)]
+    print("READY", flush=True)
+    async with trio.open_nursery() as nursery:
+        for ws in sessions:
+            nursery.start_soon(drain, ws)
+        await _until_stdin_closes()
+        nursery.cancel_scope.cancel()
+    print(f"EVENTS {events}", flush=True)
+
+
+# ------------------------------------------------------------------ the bench's side
+
+
+async def _line(proc: trio.Process, prefix: str, timeout_s: float) -> str:
+    """The rest of the first line ``proc`` prints that starts with ``prefix``."""
+    assert proc.stdout is not None
+    buf = b""
+    with trio.fail_after(timeout_s):
+        while True:
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if line.startswith(prefix.encode()):
+                    return line[len(prefix) :].decode().strip()
+            data = await proc.stdout.receive_some(4096)
+            if not data:
+                raise RuntimeError(f"relay floor process ended before {prefix!r}")
+            buf += data
+
+
+async def _start(stack: AsyncExitStack, *args: str) -> trio.Process:
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "bench.relayfloor", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+
+    async def stop() -> None:
+        if proc.returncode is None:
+            proc.terminate()
+        await proc.wait()
+
+    stack.push_async_callback(stop)
+    return proc
+
+
+async def _finish(proc: trio.Process, prefix: str | None, timeout_s: float) -> str | None:
+    """Close ``proc``'s standard input (its signal to end) and read its last word."""
+    assert proc.stdin is not None
+    await proc.stdin.aclose()
+    found = await _line(proc, prefix, timeout_s) if prefix else None
+    with trio.fail_after(timeout_s):
+        await proc.wait()
+    return found
+
+
+class RelayFloor:
+    """The relay, its reader processes and one session per reactor."""
+
+    def __init__(self, relay: trio.Process, readers: list[trio.Process]) -> None:
+        self.relay = relay
+        self.reader_procs = readers
+        self.reactors: list[leanws.LeanWebSocket] = []
+        self.latency = Latency("relay_floor_reply")
+        self.changed = 0
+
+    async def run_phase(self, ops: Sequence[Sequence[tuple[str, str]]], duration_s: float) -> int:
+        """The reactors' op sequences through the relay, as the node's phase runs them."""
+        deadline = time.monotonic() + duration_s
+        done = [0] * len(ops)
+
+        async def worker(i: int) -> None:
+            ws = self.reactors[i]
+            for message_id, op in ops[i]:
+                start = time.perf_counter_ns()
+                await ws.send_message(ask_frame(message_id, op))
+                reply = await ws.get_message()
+                self.latency.record_ns(time.perf_counter_ns() - start)
+                done[i] += 1
+                self.changed += '"changed":true' in reply
+                if op == "remove" and time.monotonic() > deadline:
+                    return
+
+        async with trio.open_nursery() as nursery:
+            for i in range(len(ops)):
+                nursery.start_soon(worker, i)
+        return sum(done)
+
+    async def close(self, timeout_s: float = 30.0) -> int:
+        """End every process; the events the readers got in all."""
+        for ws in self.reactors:
+            await ws.aclose()
+        events = 0
+        for proc in self.reader_procs:
+            events += int(await _finish(proc, "EVENTS ", timeout_s) or 0)
+        await _finish(self.relay, None, timeout_s)
+        return events
+
+
+async def open_relay_floor(
+    stack: AsyncExitStack,
+    dsn: str,
+    scope_id: str,
+    reactor_ids: Sequence[str],
+    readers: int,
+    processes: int,
+    events: str,
+    timeout_s: float = 60.0,
+) -> RelayFloor:
+    """Start the relay on ``dsn``, ``readers`` sessions in ``processes``
+    processes of their own, and a session per reactor."""
+    relay = await _start(
+        stack,
+        "serve",
+        "--dsn",
+        dsn,
+        "--scope",
+        scope_id,
+        "--members",
+        ",".join(reactor_ids),
+        "--events",
+        events,
+    )
+    port = int(await _line(relay, "PORT ", timeout_s))
+    procs = []
+    processes = max(1, min(processes, readers))
+    for k in range(processes if readers else 0):
+        count = readers // processes + (k < readers % processes)
+        url = f"ws://127.0.0.1:{port}/reader"
+        procs.append(await _start(stack, "readers", "--url", url, "--count", str(count)))
+    for proc in procs:
+        await _line(proc, "READY", timeout_s)
+    floor = RelayFloor(relay, procs)
+    for i in range(len(reactor_ids)):
+        floor.reactors.append(await leanws.connect(f"ws://127.0.0.1:{port}/reactor/{i}", 10.0))
+    await trio.sleep(0.2)  # the readers' sessions are registered before any event
+    return floor
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.relayfloor")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--dsn", required=True)
+    s.add_argument("--scope", required=True)
+    s.add_argument("--members", required=True, help="reactor member ids, comma-separated")
+    s.add_argument("--events", choices=("inline", "thread"), default="inline")
+    r = sub.add_parser("readers")
+    r.add_argument("--url", required=True)
+    r.add_argument("--count", type=int, required=True)
+    args = p.parse_args(argv)
+    if args.command == "serve":
+        members = args.members.split(",")
+        trio.run(serve, args.dsn, args.scope, members, args.events == "thread")
+    else:
+        trio.run(readers, args.url, args.count)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
