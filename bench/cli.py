@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from typing import Any
 
@@ -155,10 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--reactions", type=int, help="reactions: add/remove bound over all rounds")
     w.add_argument(
         "--relay-floor",
+        nargs="?",
+        const="inline",
         choices=("inline", "thread"),
-        help="reactions: also run every round through a bare relay (bench.relayfloor) that "
-        "does only the statement, the reply and the readers' events (written inline or "
-        "from a thread): the floor of any Python relay on this machine",
+        help="reactions, throughput --curve: also run every round through a bare relay "
+        "(bench.relayfloor) that does only the statement(s) and the replies (reactions: and "
+        "the readers' events, written inline or from a thread): the floor of any Python "
+        "relay on this machine",
     )
     w.add_argument("--rate", type=float, default=0.0, help="fanout: sends/s (0: back to back)")
     w.add_argument("--window", type=int, default=32, help="fanout: sends in flight")
@@ -412,6 +416,9 @@ async def run_curve(
         db_duration_s=args.db_duration,
         max_sends=args.max_sends,
         rounds=max(1, args.rounds),
+        relay_floor=args.relay_floor is not None,
+        # The relay commits with as many lanes as the node it is compared with.
+        lanes=int(os.environ.get("SCOPENODE_COMMIT_LANES", "2")),
     )
     async with open_node(
         args.url,

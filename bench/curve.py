@@ -21,10 +21,12 @@ import os
 import statistics
 import time
 from collections import Counter
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
 from bench.dbbaseline import DbPlan, checkpoint, measure_db
+from bench.relayfloor import open_send_floor
 from bench.stats import MachineCpu
 from bench.workloads import throughput
 from bench.workloads.common import Env, WorkloadResult, ratio
@@ -40,6 +42,9 @@ class CurvePlan:
     max_sends: int
     series: tuple[int, ...] = SERIES
     rounds: int = 1
+    # Also run every round through the bare send relay (bench.relayfloor).
+    relay_floor: bool = False
+    lanes: int = 2
 
 
 def parse_points(text: str) -> tuple[int, ...]:
@@ -88,10 +93,11 @@ async def _round(
     else:
         level, raw_cpu = await _raw_phase(env, dsn, plan, senders, per_scope)
         node = await _node_phase(env, dsn, plan, senders, per_scope)
+    floor = await _floor_phase(env, dsn, plan, senders, per_scope) if plan.relay_floor else {}
     res = node.results
     node_cpu = node.cpu.node_cpu_s
     sends = res["sends"]
-    return {
+    point = floor | {
         "senders_per_scope": per_scope,
         "senders": senders,
         "scopes": _scopes(senders, per_scope),
@@ -118,6 +124,9 @@ async def _round(
         "load_avg_1m": [load_before, _load()],
         "at": time.strftime("%H:%M:%S"),
     }
+    if floor:
+        point["floor_ratio"] = ratio(floor["floor_sends_per_s"], level["tx_per_s"])
+    return point
 
 
 def _scopes(senders: int, per_scope: int) -> int:
@@ -147,6 +156,27 @@ async def _raw_phase(
     env.progress.close()
     level: dict[str, Any] = raw["concurrent"][str(senders)]
     return level, cpu
+
+
+async def _floor_phase(
+    env: Env, dsn: str, plan: CurvePlan, senders: int, per_scope: int
+) -> dict[str, Any]:
+    """The same load through the bare send relay: the least a Python relay
+    with group commit pays here (bench.relayfloor)."""
+    env.progress.phase(f"relay floor x{senders}", 1)
+    async with AsyncExitStack() as stack:
+        floor = await open_send_floor(stack, dsn, senders, per_scope, plan.lanes)
+        await checkpoint(dsn)
+        phase = await floor.run_phase(plan.duration_s, plan.max_sends)
+        statements = await floor.close()
+    env.progress.close()
+    return {
+        "floor_sends_per_s": phase["sends_per_s"],
+        "floor_p50_ms": phase.get("p50_ms"),
+        "floor_sends_per_statement": (
+            round(int(phase["sends"]) / statements, 2) if statements else None
+        ),
+    }
 
 
 async def _node_phase(

@@ -15,10 +15,21 @@ it is what the node itself adds.
 so the next request can be read and run while the events go out (the write
 system calls release the interpreter's lock).
 
+``serve-sends`` is the same floor for sends: a request is a bare frame, and
+the relay commits what is queued as the node's committer does — up to
+``--lanes`` statements in flight, each taking every queued request whose
+scope has none in flight, a lone request as the raw send statement itself
+(``storage.applier.RAW_SEND_BASELINE_SQL``), several as the node's group
+statement (``storage.applier.run_group_rows``) — and replies after commit.
+No actor, policy, plan, event or outbox delivery. Each scope is a baseline
+scope of its own (``storage.applier.baseline_values``); the outbox rows it
+leaves are settled when it stops, as the raw phase's are.
+
 Run by ``scopenode bench reactions --relay-floor`` (``bench.workloads.reactions``)::
 
     python -m bench.relayfloor serve --dsn DSN --scope S --generation G --members M1,M2
     python -m bench.relayfloor readers --url ws://127.0.0.1:PORT/reader --count N
+    python -m bench.relayfloor serve-sends --dsn DSN --scopes R --lanes 2
 
 ``serve`` prints ``PORT <n>`` once listening and serves until its standard
 input closes; ``readers`` prints ``READY`` once its sessions are open and,
@@ -35,8 +46,11 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from contextlib import AsyncExitStack, suppress
+from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import trio
@@ -47,7 +61,7 @@ from bench import leanws
 from bench.stats import Latency
 from node.wsframe import frame
 from node.wsinbound import TEXT, InboundFrames
-from storage import pg
+from storage import applier, pg
 from storage import reactions as stored_reactions
 from storage.directory import SELECT_MEMBERS, member_from_row
 from storage.visibility import Viewer
@@ -235,6 +249,159 @@ async def readers(url: str, count: int) -> None:
     print(f"EVENTS {events}", flush=True)
 
 
+class SendRelay:
+    """Sends committed as the node's committer commits them, and nothing else."""
+
+    def __init__(self, conns: list[pg.TrioConnection], scopes: list[dict[str, Any]]) -> None:
+        self.conns = conns
+        self.scopes = scopes
+        self.queue: list[tuple[int, int]] = []  # (scope index, reply fd)
+        self.latest = [int(sc["latest_seq"]) for sc in scopes]
+        self.busy: set[int] = set()
+        self.lot = trio.lowlevel.ParkingLot()
+        self.statements = 0
+
+    async def sender(self, stream: trio.SocketStream, scope: int) -> None:
+        fd = stream.socket.fileno()
+        frames = InboundFrames(MAX_MESSAGE)
+        while data := await stream.receive_some(65536):
+            for kind, _payload in frames.feed(data):
+                if kind != TEXT:
+                    return
+                self.queue.append((scope, fd))
+                self.lot.unpark()
+
+    def _take(self) -> list[tuple[int, int]]:
+        """Every queued request whose scope has no statement in flight."""
+        taken: list[tuple[int, int]] = []
+        kept: list[tuple[int, int]] = []
+        for item in self.queue:
+            (kept if item[0] in self.busy else taken).append(item)
+        self.queue = kept
+        self.busy.update(scope for scope, _fd in taken)
+        return taken
+
+    async def lane(self, conn: pg.TrioConnection) -> None:
+        while True:
+            batch = self._take()
+            if not batch:
+                await self.lot.park()
+                continue
+            seqs = await (
+                self._one(conn, *batch[0]) if len(batch) == 1 else self._group(conn, batch)
+            )
+            self.statements += 1
+            for (scope, fd), seq in zip(batch, seqs, strict=True):
+                self.latest[scope] = max(self.latest[scope], seq)
+                _write_all(fd, frame(b'{"type":"reply","seq":%d}' % seq))
+            self.busy.difference_update(scope for scope, _fd in batch)
+            if self.queue:
+                self.lot.unpark()
+
+    async def _one(self, conn: pg.TrioConnection, scope: int, _fd: int) -> list[int]:
+        params = self.scopes[scope]["params"]
+        cur = await conn.execute(applier.RAW_SEND_BASELINE_SQL, params, prepare=True)
+        row = await cur.fetchone()
+        if row is None or row[0] != "sent":
+            raise RuntimeError(f"the raw send statement wrote nothing: {row}")
+        return [int(row[2])]
+
+    async def _group(self, conn: pg.TrioConnection, batch: list[tuple[int, int]]) -> list[int]:
+        rows: list[dict[str, object]] = []
+        k_of: dict[int, int] = {}
+        now = datetime.now(UTC).isoformat()
+        for scope, _fd in batch:
+            k = k_of[scope] = k_of.get(scope, -1) + 1
+            rows.append(self._row(len(rows), k, scope, now))
+        found = {r[1]: r for r in await applier.run_group_rows(conn, rows)}
+        if any(found.get(i, ("",))[0] != "sent" for i in range(len(rows))):
+            raise RuntimeError(f"the group statement missed a fence: {found}")
+        return [int(found[i][3]) for i in range(len(rows))]
+
+    def _row(self, ord_: int, k: int, scope: int, now: str) -> dict[str, object]:
+        sc = self.scopes[scope]
+        message_id = f"msg_{uuid.uuid4().hex}"
+        # The raw statement's one realtime row, keyed as it keys it.
+        outbox = [{**sc["outbox"][0], "dedupe_key": f"rt:{message_id}"}]
+        return {
+            "ord": ord_,
+            "k": k,
+            "scope_id": sc["scope_id"],
+            "workspace_id": sc["workspace_id"],
+            "message_id": message_id,
+            "author_id": sc["author_id"],
+            "author_type": sc["author_type"],
+            "client_message_id": None,
+            "digest": None,
+            "message_type": sc["message_type"],
+            "content": sc["content"],
+            "metadata": {},
+            "created_at": now,
+            "expected_seq": self.latest[scope] + k,
+            "expected_generation": sc["generation"],
+            "roster_bump": 0,
+            "parent_id": None,
+            "parent_generation": None,
+            "joins": [],
+            "outbox": outbox,
+            "sources": [],
+        }
+
+
+async def _send_scopes(conn: pg.TrioConnection, count: int) -> list[dict[str, Any]]:
+    scopes: list[dict[str, Any]] = []
+    for _ in range(count):
+        values = await applier.baseline_values(conn)
+        cur = await conn.execute(
+            "SELECT latest_seq, roster_generation FROM scopes WHERE id = %s",
+            (values["scope_id"],),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        params = applier.prepare_baseline_params(values)
+        scopes.append(
+            {
+                **values,
+                "params": params,
+                "latest_seq": int(row[0]),
+                "generation": int(row[1]),
+                "outbox": msgspec.json.decode(values["outbox"]),
+            }
+        )
+    return scopes
+
+
+async def serve_sends(dsn: str, scopes: int, lanes: int) -> None:
+    setup = await pg.connect(dsn, autocommit=True)
+    relay = SendRelay(
+        [await pg.connect(dsn, autocommit=True) for _ in range(lanes)],
+        await _send_scopes(setup, scopes),
+    )
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+
+    async def connection(stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                target, _ = await _handshake(stream)
+            except (trio.TooSlowError, ConnectionError, trio.BrokenResourceError):
+                return
+            if target.startswith("/sender/"):
+                await relay.sender(stream, int(target.rsplit("/", 1)[1]))
+
+    print(f"PORT {listeners[0].socket.getsockname()[1]}", flush=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, connection, listeners)
+        for conn in relay.conns:
+            nursery.start_soon(relay.lane, conn)
+        await _until_stdin_closes()
+        nursery.cancel_scope.cancel()
+    for sc in relay.scopes:
+        await setup.execute(applier.BASELINE_SETTLE_SQL, (sc["workspace_id"],))
+    print(f"STATEMENTS {relay.statements}", flush=True)
+    for conn in [setup, *relay.conns]:
+        await conn.close()
+
+
 # ------------------------------------------------------------------ the bench's side
 
 
@@ -363,6 +530,69 @@ async def open_relay_floor(
     return floor
 
 
+class SendFloor:
+    """The send relay and one session per sender."""
+
+    def __init__(self, relay: trio.Process, senders: list[leanws.LeanWebSocket]) -> None:
+        self.relay = relay
+        self.senders = senders
+
+    async def run_phase(self, duration_s: float, max_sends: int) -> dict[str, Any]:
+        """Every sender sends back to back for ``duration_s``; sends/s and latency."""
+        latency = Latency("relay_floor_send")
+        per_sender = max(1, max_sends // len(self.senders))
+        counts = [0] * len(self.senders)
+        t0 = time.monotonic()
+        deadline = t0 + duration_s
+
+        async def sender(i: int) -> None:
+            ws = self.senders[i]
+            for _ in range(per_sender):
+                start = time.perf_counter_ns()
+                await ws.send_message(b"s")
+                await ws.get_message()
+                latency.record_ns(time.perf_counter_ns() - start)
+                counts[i] += 1
+                if time.monotonic() > deadline:
+                    return
+
+        async with trio.open_nursery() as nursery:
+            for i in range(len(self.senders)):
+                nursery.start_soon(sender, i)
+        elapsed = time.monotonic() - t0
+        return {
+            "sends": sum(counts),
+            "sends_per_s": round(sum(counts) / elapsed, 1),
+            **latency.summary(),
+        }
+
+    async def close(self, timeout_s: float = 60.0) -> int:
+        """Stop the relay (it settles its outbox rows); its statement count."""
+        for ws in self.senders:
+            await ws.aclose()
+        return int(await _finish(self.relay, "STATEMENTS ", timeout_s) or 0)
+
+
+async def open_send_floor(
+    stack: AsyncExitStack,
+    dsn: str,
+    senders: int,
+    per_scope: int,
+    lanes: int,
+    timeout_s: float = 60.0,
+) -> SendFloor:
+    """The send relay on ``dsn`` with ``senders`` sessions, ``per_scope`` to a scope."""
+    scopes = max(1, senders // per_scope)
+    args = ["serve-sends", "--dsn", dsn, "--scopes", str(scopes), "--lanes", str(lanes)]
+    relay = await _start(stack, *args)
+    port = int(await _line(relay, "PORT ", timeout_s))
+    sessions = []
+    for i in range(senders):
+        url = f"ws://127.0.0.1:{port}/sender/{min(i // per_scope, scopes - 1)}"
+        sessions.append(await leanws.connect(url, 10.0))
+    return SendFloor(relay, sessions)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.relayfloor")
     sub = p.add_subparsers(dest="command", required=True)
@@ -371,6 +601,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--scope", required=True)
     s.add_argument("--members", required=True, help="reactor member ids, comma-separated")
     s.add_argument("--events", choices=("inline", "thread"), default="inline")
+    ss = sub.add_parser("serve-sends")
+    ss.add_argument("--dsn", required=True)
+    ss.add_argument("--scopes", type=int, required=True)
+    ss.add_argument("--lanes", type=int, default=2)
     r = sub.add_parser("readers")
     r.add_argument("--url", required=True)
     r.add_argument("--count", type=int, required=True)
@@ -378,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         members = args.members.split(",")
         trio.run(serve, args.dsn, args.scope, members, args.events == "thread")
+    elif args.command == "serve-sends":
+        trio.run(serve_sends, args.dsn, args.scopes, args.lanes)
     else:
         trio.run(readers, args.url, args.count)
     return 0

@@ -325,14 +325,29 @@ def _group_row(ord_: int, k: int, plan: MessagePlan) -> dict[str, Any]:
 ChainOutcome = list[CommittedSend] | FenceLost | IdempotencyRace
 
 
-def group_values(chains: Sequence[Sequence[MessagePlan]]) -> list[bytes | None]:
-    """The group statement's parameters, text-encoded: one JSON row per plan,
-    numbered in chain order (``ord``) and within its chain (``k``)."""
+def group_rows(chains: Sequence[Sequence[MessagePlan]]) -> list[dict[str, Any]]:
+    """One row per plan, numbered in chain order (``ord``) and within its chain (``k``)."""
     rows: list[dict[str, Any]] = []
     for chain in chains:
         for k, plan in enumerate(chain):
             rows.append(_group_row(len(rows), k, plan))
+    return rows
+
+
+def group_values(chains: Sequence[Sequence[MessagePlan]]) -> list[bytes | None]:
+    """The group statement's parameters, text-encoded: one JSON row per plan."""
+    return group_rows_values(group_rows(chains))
+
+
+def group_rows_values(rows: Sequence[dict[str, Any]]) -> list[bytes | None]:
     return [_encoder.encode(rows), _WAKE_RETRY_TEXT, _REPLAY_TEXT]
+
+
+async def run_group_rows(conn: TrioConnection, rows: Sequence[dict[str, Any]]) -> list[Any]:
+    """The group statement over ready-made rows (the bench's bare relay
+    commits with it exactly as :func:`apply_chains` does)."""
+    with map_errors():
+        return await conn.run_prepared(_GROUP, group_rows_values(rows))
 
 
 async def apply_chains(
@@ -344,8 +359,7 @@ async def apply_chains(
     Returns per chain its results, or the idempotency hit / fence miss that
     made it write nothing. ``conn`` must be in autocommit mode.
     """
-    with map_errors():
-        found = {row[1]: row for row in await conn.run_prepared(_GROUP, group_values(chains))}
+    found = {row[1]: row for row in await run_group_rows(conn, group_rows(chains))}
     out: list[ChainOutcome] = []
     base = 0
     for chain in chains:
@@ -538,6 +552,17 @@ def baseline_settle_params(params: tuple[Any, ...]) -> tuple[Any, ...]:
 
 async def prepare_baseline(conn: TrioConnection) -> tuple[Any, ...]:
     """Parameters for one baseline worker: its own workspace, member and scope."""
+    return prepare_baseline_params(await baseline_values(conn))
+
+
+def prepare_baseline_params(values: dict[str, Any]) -> tuple[Any, ...]:
+    """``baseline_values`` in the baseline statement's parameter order."""
+    return tuple(values[name] for name in _BASELINE_NAMES)
+
+
+async def baseline_values(conn: TrioConnection) -> dict[str, Any]:
+    """The baseline statement's parameters by name, on a new workspace,
+    member and scope of their own (the schema created first if missing)."""
     from actors.model import MemberType
     from storage import directory, schema, scopes
 
@@ -583,4 +608,4 @@ async def prepare_baseline(conn: TrioConnection) -> tuple[Any, ...]:
         "joins": "[]",
         "sources": "[]",
     }
-    return tuple(values[name] for name in _BASELINE_NAMES)
+    return values

@@ -49,3 +49,18 @@ def test_a_point_reports_the_median_round_ratio_and_summed_counts() -> None:
 def test_one_round_is_the_point_itself() -> None:
     only = _round(1000.0, 2000.0, sends=100, load=[0.5, 0.6])
     assert _combine([only]) == only
+
+
+def test_the_send_relay_takes_only_scopes_without_a_statement_in_flight() -> None:
+    """A lane of the bare relay takes every queued request of a free scope and
+    leaves those of a scope with a statement in flight for later."""
+    from bench.relayfloor import SendRelay
+
+    relay = SendRelay([], [{"latest_seq": 0}] * 3)
+    relay.queue = [(0, 10), (1, 11), (0, 12)]
+    assert relay._take() == [(0, 10), (1, 11), (0, 12)]
+    relay.queue = [(0, 13), (2, 14)]
+    assert relay._take() == [(2, 14)]
+    assert relay.queue == [(0, 13)]
+    relay.busy.discard(0)
+    assert relay._take() == [(0, 13)]

@@ -160,13 +160,15 @@ def test_curve_reports_every_point_with_its_raw_statement_and_machine_cpu(
 ) -> None:
     """``throughput --curve``: both series, each point against the raw statement
     at its concurrency, with the machine's CPU for both phases, in two rounds
-    (the node first in the second); the table renders every point."""
+    (the node first in the second), and through the bare send relay (one
+    sender alone: the raw statement; two on one scope: the group statement);
+    the table renders every point."""
     from bench.curve import render
 
     out = tmp_path / "curve.json"
     argv = ["throughput", "--curve", "1,2", "--duration", "1", "--db-duration", "1"]
-    argv += ["--rounds", "2", "--members", "2", "--no-progress", "--json", str(out)]
-    assert main(argv) == 0
+    argv += ["--rounds", "2", "--members", "2", "--relay-floor", "--no-progress"]
+    assert main([*argv, "--json", str(out)]) == 0
     curve = json.loads(out.read_text())["results"]["curve"]
     shapes = [(p["senders_per_scope"], p["senders"]) for p in curve["points"]]
     assert shapes == [(1, 1), (1, 2), (2, 2)]
@@ -180,6 +182,9 @@ def test_curve_reports_every_point_with_its_raw_statement_and_machine_cpu(
         assert point["raw_machine_cpu_ms_per_tx"] > 0
         assert len(point["rounds"]) == 2
         assert point["sends"] == sum(r["sends"] for r in point["rounds"])
+        assert point["floor_sends_per_s"] > 0
+        assert point["floor_ratio"] is not None
+        assert point["floor_sends_per_statement"] >= 1.0
     table = render(curve)
     assert len(table.splitlines()) == 2 + len(curve["points"])
     assert "machine busy" in table
