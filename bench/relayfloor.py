@@ -39,6 +39,7 @@ when its standard input closes, ``EVENTS <n>`` (every event its sessions got).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import queue
 import select
@@ -47,7 +48,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, suppress
 from datetime import UTC, datetime
 from typing import Any
@@ -85,7 +86,8 @@ def ask_frame(message_id: str, op: str) -> bytes:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    """Blocking write of ``data`` to a non-blocking socket (the events thread)."""
+    """Write all of ``data`` to a non-blocking socket, waiting for room if the
+    kernel takes less (the relay's readers and load generator drain at once)."""
     view = memoryview(data)
     while view:
         try:
@@ -105,7 +107,7 @@ class EventWriter:
     """Writes one payload to many sockets from a thread of its own."""
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[bytes, list[int]] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[bytes, list[int]]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -113,25 +115,54 @@ class EventWriter:
         self._jobs.put((data, fds))
 
     def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            write_each(*job)
-
-
-async def _handshake(stream: trio.SocketStream) -> tuple[str, bytes]:
-    ws = WSConnection(ConnectionType.SERVER)
-    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
         while True:
-            data = await stream.receive_some(65536)
-            if not data:
-                raise ConnectionError("EOF during the upgrade")
-            ws.receive_data(data)
-            for event in ws.events():
-                if isinstance(event, Request):
-                    await stream.send_all(ws.send(AcceptConnection()))
-                    return event.target, b""
+            write_each(*self._jobs.get())
 
 
-class Relay:
+async def _upgrade(stream: trio.SocketStream) -> str | None:
+    """Accept the upgrade; the request's path (None: the client failed it)."""
+    ws = WSConnection(ConnectionType.SERVER)
+    try:
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            while data := await stream.receive_some(65536):
+                ws.receive_data(data)
+                for event in ws.events():
+                    if isinstance(event, Request):
+                        await stream.send_all(ws.send(AcceptConnection()))
+                        return event.target
+    except (trio.TooSlowError, trio.BrokenResourceError):
+        pass
+    return None
+
+
+Route = Callable[[trio.SocketStream, str], Awaitable[None]]
+
+
+async def _serve_until_stdin_closes(
+    route: Route, *background: Callable[[], Awaitable[None]]
+) -> None:
+    """Serve upgraded connections by path (and run ``background``) until the
+    bench closes this process's standard input."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+
+    async def connection(stream: trio.SocketStream) -> None:
+        async with stream:
+            target = await _upgrade(stream)
+            if target is not None:
+                await route(stream, target)
+
+    print(f"PORT {listeners[0].socket.getsockname()[1]}", flush=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, connection, listeners)
+        for task in background:
+            nursery.start_soon(task)
+        await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
+        nursery.cancel_scope.cancel()
+
+
+class ReactionRelay:
+    """Reactions committed and published, and nothing else."""
+
     def __init__(
         self,
         conns: list[pg.TrioConnection],
@@ -147,23 +178,16 @@ class Relay:
         self.readers: list[int] = []
         self.writer = EventWriter() if threaded else None
 
-    async def connection(self, stream: trio.SocketStream) -> None:
-        async with stream:
-            try:
-                target, _ = await _handshake(stream)
-            except (trio.TooSlowError, ConnectionError, trio.BrokenResourceError):
-                return
-            fd = stream.socket.fileno()
-            if target == "/reader":
-                self.readers.append(fd)
-                try:
-                    while await stream.receive_some(65536):
-                        pass
-                except trio.BrokenResourceError:
+    async def route(self, stream: trio.SocketStream, target: str) -> None:
+        fd = stream.socket.fileno()
+        if target == "/reader":
+            self.readers.append(fd)
+            with suppress(trio.BrokenResourceError):
+                while await stream.receive_some(65536):
                     pass
-                self.readers.remove(fd)
-            elif target.startswith("/reactor/"):
-                await self._reactor(stream, int(target.rsplit("/", 1)[1]))
+            self.readers.remove(fd)
+        elif target.startswith("/reactor/"):
+            await self._reactor(stream, int(target.rsplit("/", 1)[1]))
 
     async def _reactor(self, stream: trio.SocketStream, i: int) -> None:
         conn, viewer = self.conns[i], self.viewers[i]
@@ -198,31 +222,22 @@ class Relay:
 async def reactor_viewers(
     conn: pg.TrioConnection, scope_id: str, member_ids: Sequence[str]
 ) -> tuple[list[Viewer], int]:
+    """What the actor passes for a human with a current public membership of a
+    channel (a public reader, the channel its only grant scope, no thread), and
+    the roster generation: nothing changes the roster during a run."""
     cur = await conn.execute(SELECT_MEMBERS, (list(member_ids),))
     by_id = {m.id: m for m in map(member_from_row, await cur.fetchall())}
     cur = await conn.execute("SELECT roster_generation FROM scopes WHERE id = %s", (scope_id,))
     row = await cur.fetchone()
     assert row is not None
-    """What the actor passes for a human with a current public membership of a
-    channel (a public reader, the channel its only grant scope, no thread), and
-    the roster generation: nothing changes the roster during a run."""
     return [Viewer(by_id[m], True, (scope_id,), False) for m in member_ids], int(row[0])
-
-
-async def _until_stdin_closes() -> None:
-    await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
 
 
 async def serve(dsn: str, scope_id: str, member_ids: list[str], threaded: bool) -> None:
     conns = [await pg.connect(dsn, autocommit=True) for _ in member_ids]
     viewers, generation = await reactor_viewers(conns[0], scope_id, member_ids)
-    relay = Relay(conns, viewers, scope_id, generation, threaded)
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    print(f"PORT {listeners[0].socket.getsockname()[1]}", flush=True)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.serve_listeners, relay.connection, listeners)
-        await _until_stdin_closes()
-        nursery.cancel_scope.cancel()
+    relay = ReactionRelay(conns, viewers, scope_id, generation, threaded)
+    await _serve_until_stdin_closes(relay.route)
     for conn in conns:
         await conn.close()
 
@@ -244,7 +259,7 @@ async def readers(url: str, count: int) -> None:
     async with trio.open_nursery() as nursery:
         for ws in sessions:
             nursery.start_soon(drain, ws)
-        await _until_stdin_closes()
+        await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
         nursery.cancel_scope.cancel()
     print(f"EVENTS {events}", flush=True)
 
@@ -377,24 +392,13 @@ async def serve_sends(dsn: str, scopes: int, lanes: int) -> None:
         [await pg.connect(dsn, autocommit=True) for _ in range(lanes)],
         await _send_scopes(setup, scopes),
     )
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
 
-    async def connection(stream: trio.SocketStream) -> None:
-        async with stream:
-            try:
-                target, _ = await _handshake(stream)
-            except (trio.TooSlowError, ConnectionError, trio.BrokenResourceError):
-                return
-            if target.startswith("/sender/"):
-                await relay.sender(stream, int(target.rsplit("/", 1)[1]))
+    async def route(stream: trio.SocketStream, target: str) -> None:
+        if target.startswith("/sender/"):
+            await relay.sender(stream, int(target.rsplit("/", 1)[1]))
 
-    print(f"PORT {listeners[0].socket.getsockname()[1]}", flush=True)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.serve_listeners, connection, listeners)
-        for conn in relay.conns:
-            nursery.start_soon(relay.lane, conn)
-        await _until_stdin_closes()
-        nursery.cancel_scope.cancel()
+    committers = [functools.partial(relay.lane, conn) for conn in relay.conns]
+    await _serve_until_stdin_closes(route, *committers)
     for sc in relay.scopes:
         await setup.execute(applier.BASELINE_SETTLE_SQL, (sc["workspace_id"],))
     print(f"STATEMENTS {relay.statements}", flush=True)
