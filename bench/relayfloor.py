@@ -62,9 +62,9 @@ from bench import leanws
 from bench.stats import Latency
 from node.wsframe import frame
 from node.wsinbound import TEXT, InboundFrames
-from storage import applier, pg
+from storage import applier, directory, pg
 from storage import reactions as stored_reactions
-from storage.directory import SELECT_MEMBERS, member_from_row
+from storage import scopes as stored_scopes
 from storage.visibility import Viewer
 
 EMOJI = "👍"
@@ -225,12 +225,9 @@ async def reactor_viewers(
     """What the actor passes for a human with a current public membership of a
     channel (a public reader, the channel its only grant scope, no thread), and
     the roster generation: nothing changes the roster during a run."""
-    cur = await conn.execute(SELECT_MEMBERS, (list(member_ids),))
-    by_id = {m.id: m for m in map(member_from_row, await cur.fetchall())}
-    cur = await conn.execute("SELECT roster_generation FROM scopes WHERE id = %s", (scope_id,))
-    row = await cur.fetchone()
-    assert row is not None
-    return [Viewer(by_id[m], True, (scope_id,), False) for m in member_ids], int(row[0])
+    by_id = await directory.get_members(conn, list(member_ids))
+    generation = await stored_scopes.roster_generation(conn, scope_id)
+    return [Viewer(by_id[m], True, (scope_id,), False) for m in member_ids], generation
 
 
 async def serve(dsn: str, scope_id: str, member_ids: list[str], threaded: bool) -> None:
@@ -367,19 +364,15 @@ async def _send_scopes(conn: pg.TrioConnection, count: int) -> list[dict[str, An
     scopes: list[dict[str, Any]] = []
     for _ in range(count):
         values = await applier.baseline_values(conn)
-        cur = await conn.execute(
-            "SELECT latest_seq, roster_generation FROM scopes WHERE id = %s",
-            (values["scope_id"],),
-        )
-        row = await cur.fetchone()
-        assert row is not None
+        info = await stored_scopes.get_scope(conn, values["scope_id"])
+        assert info is not None
         params = applier.prepare_baseline_params(values)
         scopes.append(
             {
                 **values,
                 "params": params,
-                "latest_seq": int(row[0]),
-                "generation": int(row[1]),
+                "latest_seq": info.latest_seq,
+                "generation": info.roster_generation,
                 "outbox": msgspec.json.decode(values["outbox"]),
             }
         )
