@@ -48,8 +48,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,6 +59,7 @@ import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request
 
+from actors.ports import ReactionOutcome
 from bench import leanws
 from bench.stats import Latency
 from node.wsframe import frame
@@ -160,21 +162,47 @@ async def _serve_until_stdin_closes(
         nursery.cancel_scope.cancel()
 
 
+@dataclass
+class Reactors:
+    """One autocommit connection and the actor's viewer per reactor, on one channel."""
+
+    conns: list[pg.TrioConnection]
+    viewers: list[Viewer]
+    scope_id: str
+    generation: int
+
+    async def react(self, i: int, message_id: str, op: str) -> ReactionOutcome:
+        """Reactor ``i``'s reaction through the storage call the Applier makes."""
+        return await stored_reactions.react(
+            self.conns[i], op, self.viewers[i], self.scope_id, self.generation, message_id, EMOJI
+        )
+
+    async def close(self) -> None:
+        for conn in self.conns:
+            await conn.close()
+
+
+async def connect_reactors(dsn: str, scope_id: str, member_ids: Sequence[str]) -> Reactors:
+    conns = [await pg.connect(dsn, autocommit=True) for _ in member_ids]
+    viewers, generation = await reactor_viewers(conns[0], scope_id, member_ids)
+    return Reactors(conns, viewers, scope_id, generation)
+
+
+async def _texts(stream: trio.SocketStream) -> AsyncIterator[bytes]:
+    """The text messages a client sends, until it sends anything else or leaves."""
+    frames = InboundFrames(MAX_MESSAGE)
+    while data := await stream.receive_some(65536):
+        for kind, payload in frames.feed(data):
+            if kind != TEXT:
+                return
+            yield payload
+
+
 class ReactionRelay:
     """Reactions committed and published, and nothing else."""
 
-    def __init__(
-        self,
-        conns: list[pg.TrioConnection],
-        viewers: list[Viewer],
-        scope_id: str,
-        generation: int,
-        threaded: bool,
-    ) -> None:
-        self.conns = conns
-        self.viewers = viewers
-        self.scope_id = scope_id
-        self.generation = generation
+    def __init__(self, reactors: Reactors, threaded: bool) -> None:
+        self.reactors = reactors
         self.readers: list[int] = []
         self.writer = EventWriter() if threaded else None
 
@@ -190,23 +218,14 @@ class ReactionRelay:
             await self._reactor(stream, int(target.rsplit("/", 1)[1]))
 
     async def _reactor(self, stream: trio.SocketStream, i: int) -> None:
-        conn, viewer = self.conns[i], self.viewers[i]
         fd = stream.socket.fileno()
-        frames = InboundFrames(MAX_MESSAGE)
-        while data := await stream.receive_some(65536):
-            for kind, payload in frames.feed(data):
-                if kind != TEXT:
-                    return
-                ask = _decode_ask(payload)
-                outcome = await stored_reactions.react(
-                    conn, ask.op, viewer, self.scope_id, self.generation, ask.m, EMOJI
-                )
-                reply = b'{"type":"reply","changed":%s}' % (
-                    b"true" if outcome.changed else b"false"
-                )
-                _write_all(fd, frame(reply))
-                if outcome.changed:
-                    self._publish(ask)
+        async for payload in _texts(stream):
+            ask = _decode_ask(payload)
+            outcome = await self.reactors.react(i, ask.m, ask.op)
+            reply = b'{"type":"reply","changed":%s}' % (b"true" if outcome.changed else b"false")
+            _write_all(fd, frame(reply))
+            if outcome.changed:
+                self._publish(ask)
 
     def _publish(self, ask: Ask) -> None:
         event = frame(
@@ -231,12 +250,9 @@ async def reactor_viewers(
 
 
 async def serve(dsn: str, scope_id: str, member_ids: list[str], threaded: bool) -> None:
-    conns = [await pg.connect(dsn, autocommit=True) for _ in member_ids]
-    viewers, generation = await reactor_viewers(conns[0], scope_id, member_ids)
-    relay = ReactionRelay(conns, viewers, scope_id, generation, threaded)
-    await _serve_until_stdin_closes(relay.route)
-    for conn in conns:
-        await conn.close()
+    reactors = await connect_reactors(dsn, scope_id, member_ids)
+    await _serve_until_stdin_closes(ReactionRelay(reactors, threaded).route)
+    await reactors.close()
 
 
 async def readers(url: str, count: int) -> None:
@@ -275,13 +291,9 @@ class SendRelay:
 
     async def sender(self, stream: trio.SocketStream, scope: int) -> None:
         fd = stream.socket.fileno()
-        frames = InboundFrames(MAX_MESSAGE)
-        while data := await stream.receive_some(65536):
-            for kind, _payload in frames.feed(data):
-                if kind != TEXT:
-                    return
-                self.queue.append((scope, fd))
-                self.lot.unpark()
+        async for _payload in _texts(stream):
+            self.queue.append((scope, fd))
+            self.lot.unpark()
 
     def _take(self) -> list[tuple[int, int]]:
         """Every queued request whose scope has no statement in flight."""
@@ -444,6 +456,33 @@ async def _finish(proc: trio.Process, prefix: str | None, timeout_s: float) -> s
     return found
 
 
+async def run_ops(
+    ops: Sequence[Sequence[tuple[str, str]]],
+    duration_s: float,
+    latency: Latency,
+    one: Callable[[int, str, str], Awaitable[None]],
+) -> int:
+    """Reactor ``i`` runs ``one(i, message_id, op)`` for each of its ops in
+    turn, each timed into ``latency``, stopping after a remove once
+    ``duration_s`` is over (so every phase ends without reactions); the ops run."""
+    deadline = time.monotonic() + duration_s
+    done = [0] * len(ops)
+
+    async def worker(i: int) -> None:
+        for message_id, op in ops[i]:
+            start = time.perf_counter_ns()
+            await one(i, message_id, op)
+            latency.record_ns(time.perf_counter_ns() - start)
+            done[i] += 1
+            if op == "remove" and time.monotonic() > deadline:
+                return
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(ops)):
+            nursery.start_soon(worker, i)
+    return sum(done)
+
+
 class RelayFloor:
     """The relay, its reader processes and one session per reactor."""
 
@@ -456,25 +495,13 @@ class RelayFloor:
 
     async def run_phase(self, ops: Sequence[Sequence[tuple[str, str]]], duration_s: float) -> int:
         """The reactors' op sequences through the relay, as the node's phase runs them."""
-        deadline = time.monotonic() + duration_s
-        done = [0] * len(ops)
 
-        async def worker(i: int) -> None:
-            ws = self.reactors[i]
-            for message_id, op in ops[i]:
-                start = time.perf_counter_ns()
-                await ws.send_message(ask_frame(message_id, op))
-                reply = await ws.get_message()
-                self.latency.record_ns(time.perf_counter_ns() - start)
-                done[i] += 1
-                self.changed += '"changed":true' in reply
-                if op == "remove" and time.monotonic() > deadline:
-                    return
+        async def one(i: int, message_id: str, op: str) -> None:
+            await self.reactors[i].send_message(ask_frame(message_id, op))
+            reply = await self.reactors[i].get_message()
+            self.changed += '"changed":true' in reply
 
-        async with trio.open_nursery() as nursery:
-            for i in range(len(ops)):
-                nursery.start_soon(worker, i)
-        return sum(done)
+        return await run_ops(ops, duration_s, self.latency, one)
 
     async def close(self, timeout_s: float = 30.0) -> int:
         """End every process; the events the readers got in all."""

@@ -34,7 +34,14 @@ import trio
 from bench.baseline import NoDatabase, open_database
 from bench.client import RequestError, Session
 from bench.reaction_readers import Key, ReaderProcesses, reaction_key
-from bench.relayfloor import RelayFloor, open_relay_floor, reactor_viewers
+from bench.relayfloor import (
+    EMOJI,
+    Reactors,
+    RelayFloor,
+    connect_reactors,
+    open_relay_floor,
+    run_ops,
+)
 from bench.stats import Latency
 from bench.workloads.common import (
     CpuWindow,
@@ -44,11 +51,7 @@ from bench.workloads.common import (
     join_each_member,
     open_sessions,
 )
-from storage import pg
-from storage import reactions as stored_reactions
-from storage.visibility import Viewer
 
-EMOJI = "👍"
 ROUNDS = 3
 PINGS = 200
 DRAIN_S = 5.0
@@ -118,58 +121,30 @@ class Deliveries:
 class RawReactions:
     """``storage.reactions.react`` on the node's database, one connection per reactor."""
 
-    def __init__(
-        self,
-        conns: list[pg.TrioConnection],
-        viewers: list[Viewer],
-        scope_id: str,
-        generation: int,
-    ) -> None:
-        self.conns = conns
-        self.viewers = viewers
-        self.scope_id = scope_id
-        self.generation = generation
+    def __init__(self, reactors: Reactors) -> None:
+        self.reactors = reactors
         self.latency = Latency("raw_reaction_statement")
         self.outcomes: Counter[str] = Counter()
 
     async def run_phase(self, ops: list[list[Op]], duration_s: float) -> int:
-        deadline = time.monotonic() + duration_s
-        done = [0] * len(ops)
+        async def one(i: int, message_id: str, op: str) -> None:
+            outcome = await self.reactors.react(i, message_id, op)
+            # A fenced-out or unreadable outcome wrote nothing: it would make
+            # the baseline cheaper than the node's statement.
+            if not (outcome.fenced and outcome.found and outcome.readable):
+                self.outcomes["not_applied"] += 1
+            else:
+                self.outcomes["changed" if outcome.changed else "unchanged"] += 1
 
-        async def worker(i: int) -> None:
-            conn, viewer = self.conns[i], self.viewers[i]
-            for message_id, op in ops[i]:
-                start = time.perf_counter_ns()
-                outcome = await stored_reactions.react(
-                    conn, op, viewer, self.scope_id, self.generation, message_id, EMOJI
-                )
-                self.latency.record_ns(time.perf_counter_ns() - start)
-                done[i] += 1
-                # A fenced-out or unreadable outcome wrote nothing: it would
-                # make the baseline cheaper than the node's statement.
-                if not (outcome.fenced and outcome.found and outcome.readable):
-                    self.outcomes["not_applied"] += 1
-                else:
-                    self.outcomes["changed" if outcome.changed else "unchanged"] += 1
-                if op == "remove" and time.monotonic() > deadline:
-                    return
-
-        async with trio.open_nursery() as nursery:
-            for i in range(len(ops)):
-                nursery.start_soon(worker, i)
-        return sum(done)
+        return await run_ops(ops, duration_s, self.latency, one)
 
 
 async def _open_raw(
     stack: AsyncExitStack, dsn: str, scope_id: str, member_ids: list[str]
 ) -> RawReactions:
-    conns = []
-    for _ in member_ids:
-        conn = await pg.connect(dsn, autocommit=True)
-        stack.push_async_callback(conn.close)
-        conns.append(conn)
-    viewers, generation = await reactor_viewers(conns[0], scope_id, member_ids)
-    return RawReactions(conns, viewers, scope_id, generation)
+    reactors = await connect_reactors(dsn, scope_id, member_ids)
+    stack.push_async_callback(reactors.close)
+    return RawReactions(reactors)
 
 
 async def run(
