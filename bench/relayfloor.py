@@ -1,4 +1,4 @@
-"""The floor of a reaction through any Python relay on this machine.
+"""The floor of a reaction, or a send, through any Python relay on this machine.
 
 A reaction through the node is a WebSocket request, the reaction statement
 and a reply, then one ``reaction`` event to every reader. This server does
@@ -25,14 +25,16 @@ No actor, policy, plan, event or outbox delivery. Each scope is a baseline
 scope of its own (``storage.applier.baseline_values``); the outbox rows it
 leaves are settled when it stops, as the raw phase's are.
 
-Run by ``scopenode bench reactions --relay-floor`` (``bench.workloads.reactions``)::
+Run by ``scopenode bench reactions --relay-floor`` (``bench.workloads.reactions``)
+and ``scopenode bench throughput --curve … --relay-floor`` (``bench.curve``)::
 
-    python -m bench.relayfloor serve --dsn DSN --scope S --generation G --members M1,M2
+    python -m bench.relayfloor serve --dsn DSN --scope S --members M1,M2 [--events thread]
     python -m bench.relayfloor readers --url ws://127.0.0.1:PORT/reader --count N
     python -m bench.relayfloor serve-sends --dsn DSN --scopes R --lanes 2
 
-``serve`` prints ``PORT <n>`` once listening and serves until its standard
-input closes; ``readers`` prints ``READY`` once its sessions are open and,
+``serve`` and ``serve-sends`` print ``PORT <n>`` once listening and serve
+until their standard input closes (``serve-sends`` then prints ``STATEMENTS
+<n>``); ``readers`` prints ``READY`` once its sessions are open and,
 when its standard input closes, ``EVENTS <n>`` (every event its sessions got).
 """
 
