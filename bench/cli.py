@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 from typing import Any
 
@@ -38,6 +37,7 @@ from bench.workloads import (
     throughput,
 )
 from bench.workloads.common import Env, WorkloadResult, ratio
+from node.config import Settings
 
 WORKLOADS = (
     "baseline",
@@ -417,8 +417,9 @@ async def run_curve(
         max_sends=args.max_sends,
         rounds=max(1, args.rounds),
         relay_floor=args.relay_floor is not None,
-        # The relay commits with as many lanes as the node it is compared with.
-        lanes=int(os.environ.get("SCOPENODE_COMMIT_LANES", "2")),
+        # The relay commits with as many lanes as the node it is compared with
+        # (the node's setting, read from the same environment).
+        lanes=Settings().commit_lanes,
     )
     async with open_node(
         args.url,

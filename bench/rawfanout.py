@@ -68,7 +68,8 @@ class _Client:
         self.drained = trio.Event()
 
 
-async def _handshake(stream: trio.SocketStream) -> None:
+async def accept_upgrade(stream: trio.SocketStream) -> str:
+    """Accept a client's WebSocket upgrade; the request's path."""
     ws = WSConnection(ConnectionType.SERVER)
     with trio.fail_after(HANDSHAKE_TIMEOUT_S):
         while True:
@@ -79,7 +80,7 @@ async def _handshake(stream: trio.SocketStream) -> None:
             for event in ws.events():
                 if isinstance(event, Request):
                     await stream.send_all(ws.send(AcceptConnection()))
-                    return
+                    return event.target
 
 
 async def _writer(c: _Client, done: trio.Event) -> None:
@@ -127,7 +128,7 @@ async def serve_fanout(
 
     async def accept_one(stream: trio.SocketStream, writers: trio.Nursery) -> None:
         try:
-            await _handshake(stream)
+            await accept_upgrade(stream)
         except (trio.TooSlowError, ConnectionError, trio.BrokenResourceError) as e:
             stats.errors.append(f"handshake: {e!r}")
             await stream.aclose()

@@ -58,11 +58,10 @@ from typing import Any
 
 import msgspec
 import trio
-from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, Request
 
 from actors.ports import ReactionOutcome
 from bench import leanws
+from bench.rawfanout import accept_upgrade
 from bench.stats import Latency
 from node.wsframe import frame
 from node.wsinbound import TEXT, InboundFrames
@@ -73,7 +72,6 @@ from storage.visibility import Viewer
 
 EMOJI = "👍"
 MAX_MESSAGE = 64 * 1024
-HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class Ask(msgspec.Struct):
@@ -124,19 +122,11 @@ class EventWriter:
 
 
 async def _upgrade(stream: trio.SocketStream) -> str | None:
-    """Accept the upgrade; the request's path (None: the client failed it)."""
-    ws = WSConnection(ConnectionType.SERVER)
+    """The upgraded request's path (None: the client failed the upgrade)."""
     try:
-        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-            while data := await stream.receive_some(65536):
-                ws.receive_data(data)
-                for event in ws.events():
-                    if isinstance(event, Request):
-                        await stream.send_all(ws.send(AcceptConnection()))
-                        return event.target
-    except (trio.TooSlowError, trio.BrokenResourceError):
-        pass
-    return None
+        return await accept_upgrade(stream)
+    except (trio.TooSlowError, ConnectionError, trio.BrokenResourceError):
+        return None
 
 
 Route = Callable[[trio.SocketStream, str], Awaitable[None]]
