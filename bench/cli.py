@@ -490,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench.compare import main as compare_main
 
         return compare_main(argv[1:])
+    if argv[:1] == ["soak"]:
+        # A long mixed workload with samples and verdicts (bench/soak.py).
+        from bench.soak import main as soak_main
+
+        return soak_main(argv[1:])
     args = resolve(build_parser().parse_args(argv))
     raise_fd_limit()
     print(f"scopenode bench {args.workload}")
