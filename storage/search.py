@@ -87,17 +87,13 @@ _RIGHTS = _RIGHTS_OF.format(scopes="sc.id IN (SELECT scope_id FROM scopes_in)")
 _RIGHTS_ONE = _RIGHTS_OF.format(
     scopes="sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id = %(scope_id)s"
 )
-# A statement that takes its candidates from the text indexes alone (rare
-# terms) needs the rights of the scopes its candidates are in, not of every
-# scope the viewer reads: its candidates are already narrowed to those.
-_RIGHTS_OF_CANDIDATES = _RIGHTS_OF.format(
-    scopes="sc.id = ANY((SELECT array_agg(DISTINCT t.scope_id) FROM terms_docs t)::text[])"
-)
-# The walk's rights, looked up for each row that reaches the predicate (a
-# match in a scope the viewer could read) instead of for every candidate scope
-# up front: a newest-first page needs the rights of a few scopes, and reading
-# all of them (a join of the viewer's memberships with ``scopes``) cost more
-# than the walk itself.
+# The rights of the walk and of the text indexes' candidates, looked up for each
+# row that reaches the predicate (a match in a scope the viewer could read)
+# instead of joined against every candidate scope: a newest-first page needs
+# the rights of a few scopes, and the planner, which cannot estimate the
+# candidates, joined them to a list of rights by a nested loop — candidates ×
+# the viewer's scopes (3,181 × 824 comparisons, 0.4 s, for a CJK word in a team
+# with many threads).
 _RIGHTS_OF_ROW = (
     """
 CROSS JOIN LATERAL (
@@ -430,7 +426,13 @@ def _branch(
     *,
     gated: bool,
     rights: str = _RIGHTS_JOIN,
+    presorted: bool = False,
 ) -> str:
+    if presorted:
+        # Candidates in page order, so the predicate runs row by row until the
+        # page is full instead of on every candidate before a sort (a word in
+        # thousands of messages needs ~21 of them tested, not all).
+        source = f"(SELECT * FROM {source} d ORDER BY {order.order})"
     return f"""(
 SELECT {MESSAGE_COLUMNS}, {order.rank}
 FROM {source} d
@@ -503,13 +505,20 @@ def _readable_query(
         ctes.append(_PLAN.format(limit=limit + 1, unknown=UNKNOWN_FREQ))
     branches = []
     if strategy in (None, "terms"):
-        terms = _conditions(parsed, filters, params, indexed=True) + tail
-        if lazy_rights:
-            terms.insert(0, in_viewer_scopes)
+        terms = [in_viewer_scopes, *_conditions(parsed, filters, params, indexed=True), *tail]
         ctes.append(_candidates("terms_docs", "terms", terms, relevance, gated=gated))
-        if lazy_rights:
-            ctes.append(_RIGHTS_OF_CANDIDATES)
-        branches.append(_branch("terms", "terms_docs", [], order, limit, gated=gated))
+        branches.append(
+            _branch(
+                "terms",
+                "terms_docs",
+                [],
+                order,
+                limit,
+                gated=gated,
+                rights=_RIGHTS_OF_ROW,
+                presorted=not relevance,
+            )
+        )
     if strategy in (None, "scopes"):
         scopes = [
             f"d.scope_id = ANY({viewer_scopes}::text[])",
@@ -517,7 +526,9 @@ def _readable_query(
             *tail,
         ]
         ctes.append(_candidates("scopes_docs", "scopes", scopes, relevance, gated=gated))
-        branches.append(_branch("scopes", "scopes_docs", [], order, limit, gated=gated))
+        branches.append(
+            _branch("scopes", "scopes_docs", [], order, limit, gated=gated, presorted=not relevance)
+        )
     if strategy == "walk" or (gated and not relevance):
         # In the walk the viewer's scopes are a hashed filter on each row, tested
         # before its terms (not a join against every candidate scope per row).
