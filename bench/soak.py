@@ -55,7 +55,7 @@ SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 REQUEST_TIMEOUT_S = 30.0
 MAX_IN_FLIGHT = 400
 RESUME_SCOPES = 100
-DRAIN_S = 3.0
+DRAIN_S = 2.0
 SENT_MEMORY_S = 60.0
 
 

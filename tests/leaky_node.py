@@ -1,0 +1,34 @@
+"""A node with a planted leak, for the soak bench's slow test.
+
+``python -m tests.leaky_node serve …`` runs ``node.cli.main`` in this process
+after wrapping the send handler the sessions call so that each send keeps
+about ``LEAK_BYTES`` in a module-level list that is never trimmed: an uncapped
+cache, the kind of growth the soak must call ``growing``. The product has no
+switch for this; only this process is patched.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import node.session
+from node.cli import main
+
+LEAK_BYTES = 20 * 1024
+RETAINED: list[bytes] = []
+
+_submit_send = node.session.submit_send
+
+
+async def _leaky_submit_send(services: Any, member: Any, request: Any, *args: Any) -> None:
+    # Repeated content, so every page of the copy is written and counts in RSS.
+    seed = (request.content or ".").encode()
+    RETAINED.append((seed * (LEAK_BYTES // len(seed) + 1))[:LEAK_BYTES])
+    await _submit_send(services, member, request, *args)
+
+
+node.session.submit_send = _leaky_submit_send  # type: ignore[assignment]
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
