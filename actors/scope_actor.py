@@ -242,6 +242,10 @@ class ScopeActor:
         # what _passivate_when_idle reads.
         self._batches = 0
         self._waiting = False
+        # When the last batch was taken (trio's clock): the registry passivates
+        # the least recently used actors first when the node is over its
+        # memory ceiling.
+        self.last_batch_at = 0.0
         # What the cached roster says about each reactor, for the state and
         # roster generation it was read from (see _reactor).
         self._reactors: dict[str, _Reactor] = {}
@@ -301,6 +305,15 @@ class ScopeActor:
                 self._send.close()
                 return
 
+    def passivate_if_idle(self) -> bool:
+        """Stop now if nothing is queued or being processed (the memory
+        ceiling's passivation); the next command starts a fresh actor."""
+        if not (self.accepting and self._waiting and not self._receive_pending()):
+            return False
+        self.accepting = False
+        self._send.close()
+        return True
+
     def _receive_pending(self) -> int:
         return self._receive.statistics().current_buffer_used
 
@@ -317,6 +330,7 @@ class ScopeActor:
                     self._waiting = False
                 batch.append(first)
             self._batches += 1
+            self.last_batch_at = trio.current_time()
             while len(batch) < MAX_BATCH:
                 try:
                     batch.append(self._receive.receive_nowait())

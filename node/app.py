@@ -18,6 +18,7 @@ from node.attachments import sweep_forever as sweep_attachments
 from node.config import Settings, load_moderation
 from node.database import autocommit, open_database
 from node.hub import Hub
+from node.memory import MemoryGovernor
 from node.metrics import Metrics
 from node.outbox_worker import OutboxWorker
 from node.registry import ActorRegistry
@@ -115,6 +116,11 @@ async def serve_node(
             nursery.start_soon(reload_moderation_on_hup, services)
         metrics.gauges["sessions"] = lambda: float(len(services.sessions))
         metrics.gauges["actors"] = lambda: float(len(registry))
+        governor = MemoryGovernor(registry, settings.memory_ceiling_mb * 2**20)
+        metrics.gauges["resident_bytes"] = lambda: float(governor.last_rss)
+        metrics.gauges["memory_ceiling_bytes"] = lambda: float(governor.ceiling_bytes)
+        metrics.gauges["memory_passivated_actors"] = lambda: float(governor.passivated)
+        nursery.start_soon(governor.run)
         nursery.start_soon(marker.run)
         worker = OutboxWorker(pool, hub, node_id, settings.outbox, metrics.set_outbox_states)
         services.worker = worker

@@ -20,6 +20,7 @@ from node.limits import (
 from node.outbox_worker import WorkerSettings
 
 MAX_ATTACHMENT_BYTES = 25 * 1024 * 1024
+MEMORY_CEILING_ENV = "SCOPENODE_MEMORY_CEILING_MB"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,9 @@ class Settings:
     # share one), and the largest upload accepted (413 above it).
     attachments_dir: Path | None = None
     max_attachment_bytes: int = MAX_ATTACHMENT_BYTES
+    # Resident memory over which idle scope actors are passivated, least
+    # recently used first (node/memory.py, docs/operations.md).
+    memory_ceiling_mb: int = field(default_factory=lambda: env_int(MEMORY_CEILING_ENV, 512))
 
     @property
     def attachments_path(self) -> Path:

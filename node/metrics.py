@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
+from actors import lru
 from protocol.errors import CloseCode, ErrorCode
 
 SEND_STATES = ("sent", "already_sent", "held", "partial_held")
@@ -21,6 +22,9 @@ GAUGE_HELP = {
     "actors": "Scope actors in memory on this node.",
     "group_commit_statements": "Group-commit statements executed since start (monotonic).",
     "group_commit_sends": "Sends committed through the group committer since start (monotonic).",
+    "resident_bytes": "Resident memory of the node process at the memory governor's last look.",
+    "memory_ceiling_bytes": "Resident memory over which idle actors are passivated (LRU).",
+    "memory_passivated_actors": "Actors passivated to stay under the memory ceiling (monotonic).",
 }
 
 Labels = Mapping[str, str]
@@ -108,6 +112,15 @@ class Metrics:
             "Outbox rows by status at the outbox worker's last count.",
             (({"status": s}, self.outbox_states.get(s, 0)) for s in OUTBOX_STATES),
         )
+        caches = sorted(lru.sizes().items())
+        if caches:  # none before the modules that hold them are imported
+            _family(
+                out,
+                "scopenode_cache_entries",
+                "gauge",
+                "Entries of each capped cache (docs/operations.md has every cap).",
+                (({"cache": name}, entries) for name, entries in caches),
+            )
         for name, read in sorted(self.gauges.items()):
             help_text = GAUGE_HELP.get(name, name.replace("_", " ").capitalize() + ".")
             _family(out, f"scopenode_{name}", "gauge", help_text, [({}, read())])

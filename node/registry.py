@@ -140,6 +140,18 @@ class ActorRegistry:
         if actor is not None:
             actor.accepting = False
 
+    def passivate_least_recent(self, count: int) -> int:
+        """Passivate up to ``count`` idle actors, least recently used first;
+        returns how many stopped (an actor with work queued is skipped)."""
+        stopped = 0
+        for actor in sorted(self._actors.values(), key=lambda a: a.last_batch_at):
+            if stopped >= count:
+                break
+            if actor.passivate_if_idle():
+                del self._actors[actor.scope_id]
+                stopped += 1
+        return stopped
+
     def busy(self) -> bool:
         """True while some actor still has queued commands."""
         return any(actor.statistics()["queued"] for actor in self._actors.values())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from actors.lru import Lru
 from actors.model import Member, ScopeInfo
 from actors.policy import can_open_dm
 from protocol.errors import ErrorCode, OperationError
@@ -17,14 +18,17 @@ from storage import directory, messages, scopes
 from storage.pg import Pool
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
-_CACHE_LIMIT = 100_000
+# Threads and DMs are cached per member, so the targets a node has seen grow
+# with every thread anyone posts in: the most recently used ones are kept.
+TARGETS_CACHED = 20_000
+SCOPES_CACHED = 20_000
 
 
 class Resolver:
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
-        self._cache: dict[tuple[str, str], str] = {}
-        self._workspace_of: dict[str, str] = {}
+        self._cache: Lru[tuple[str, str], str] = Lru("resolver_targets", TARGETS_CACHED)
+        self._workspace_of: Lru[str, str] = Lru("resolver_scopes", SCOPES_CACHED)
 
     @staticmethod
     def _key(member: Member, target: str) -> tuple[str, str]:
@@ -41,8 +45,7 @@ class Resolver:
         if found is not None:
             return found
         scope_id = await self._lookup(member, target)
-        if len(self._cache) < _CACHE_LIMIT:
-            self._cache[key] = scope_id
+        self._cache.put(key, scope_id)
         return scope_id
 
     async def scope(self, member: Member, scope_id: str) -> ScopeInfo:
@@ -58,7 +61,7 @@ class Resolver:
         workspace = self._workspace_of.get(scope_id)
         if workspace is None:
             workspace = (await self.scope(member, scope_id)).workspace_id
-            self._workspace_of[scope_id] = workspace
+            self._workspace_of.put(scope_id, workspace)
         if workspace != member.workspace_id:
             raise OperationError(ErrorCode.NOT_FOUND, "no such scope")
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from actors.ids import new_id
+from actors.lru import Lru
 from actors.model import Member, MemberType
 from storage.errors import map_errors
 from storage.pg import TrioConnection
@@ -70,16 +71,27 @@ def token_hash(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+# Every actor of a channel's threads caches the channel's roster: one shared
+# object per member (as it was last read) instead of a copy per actor.
+MEMBERS_INTERNED = 50_000
+_members: Lru[tuple[Any, ...], Member] = Lru("members_interned", MEMBERS_INTERNED)
+
+
 def member_from_row(row: tuple[Any, ...]) -> Member:
-    return Member(
-        id=row[0],
-        workspace_id=row[1],
-        type=MemberType(row[2]),
-        handle=row[3],
-        display_name=row[4],
-        owner_member_id=row[5],
-        is_private=bool(row[6]),
-    )
+    key = tuple(row[:7])
+    found = _members.get(key)
+    if found is None:
+        found = Member(
+            id=row[0],
+            workspace_id=row[1],
+            type=MemberType(row[2]),
+            handle=row[3],
+            display_name=row[4],
+            owner_member_id=row[5],
+            is_private=bool(row[6]),
+        )
+        _members.put(key, found)
+    return found
 
 
 async def create_workspace(conn: TrioConnection, name: str) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.ids import new_id
+from actors.lru import Lru
 from actors.model import (
     IdempotencyRecord,
     Member,
@@ -544,6 +545,21 @@ async def current_members(conn: TrioConnection, scope_id: str) -> list[MemberLis
     return [MemberListing(member_from_row(row[:7]), row[7], row[8]) for row in rows]
 
 
+# A channel's roster is cached by its own actor and by each of its threads'
+# actors: those share one object per membership interval.
+MEMBERSHIPS_INTERNED = 100_000
+_memberships: Lru[tuple[Any, ...], Membership] = Lru("memberships_interned", MEMBERSHIPS_INTERNED)
+
+
+def _membership_from_row(row: tuple[Any, ...]) -> Membership:
+    key = tuple(row[:6])
+    found = _memberships.get(key)
+    if found is None:
+        found = Membership(*key)
+        _memberships.put(key, found)
+    return found
+
+
 async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> ScopeSnapshot:
     """Everything a scope actor caches, read in one repeatable-read transaction."""
     with map_errors():
@@ -569,7 +585,7 @@ async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> 
     memberships = []
     for r in membership_rows:
         members[r[0]] = member_from_row(r[6:13])
-        memberships.append(Membership(r[0], r[1], r[2], r[3], r[4], r[5]))
+        memberships.append(_membership_from_row(r))
     messages = []
     idempotency = {}
     for r in reversed(recent_rows):
@@ -614,7 +630,7 @@ async def _thread_context(conn: TrioConnection, scope: ScopeInfo) -> ThreadConte
     memberships = []
     for r in await cur.fetchall():
         members[r[0]] = member_from_row(r[6:13])
-        memberships.append(Membership(r[0], r[1], r[2], r[3], r[4], r[5]))
+        memberships.append(_membership_from_row(r))
     root = None
     if scope.root_message_id is not None:
         cur = await conn.execute(SELECT_MESSAGE, (scope.root_message_id,))

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from actors.lru import Lru
 from actors.search_query import ParsedQuery, Term, TermKind
 from storage.errors import map_errors
 from storage.messages import MESSAGE_COLUMNS, ReadableMessage, message_from_row
@@ -560,7 +561,10 @@ def _opaque(statement: str) -> str:
     return re.sub(r"%\((\w+)\)s", wrap, statement)
 
 
-_prepared: dict[str, tuple[Prepared, tuple[str, ...]]] = {}
+# Statement shapes (terms and their kinds, filters, sort, cursor) seen lately;
+# each is prepared once per connection.
+STATEMENTS_KEPT = 256
+_prepared: Lru[str, tuple[Prepared, tuple[str, ...]]] = Lru("search_statements", STATEMENTS_KEPT)
 _without_jit: weakref.WeakSet[TrioConnection] = weakref.WeakSet()
 
 
@@ -569,7 +573,7 @@ def _prepare(statement: str) -> tuple[Prepared, tuple[str, ...]]:
     if found is None:
         name = "scopenode_search_" + hashlib.sha256(statement.encode()).hexdigest()[:16]
         found = Prepared.from_named(name, statement, _ALL_UNKNOWN)
-        _prepared[statement] = found
+        _prepared.put(statement, found)
     return found
 
 
@@ -750,7 +754,7 @@ SIZES_KEPT = 10_000
 # (workspace, viewer, scope filter) -> (sizes, read at): the strategy choice's
 # inputs from the viewer's last search with hits. Only speed depends on them:
 # every strategy returns the same hits.
-_sizes: dict[tuple[str, str, str | None], tuple[Sizes, float]] = {}
+_sizes: Lru[tuple[str, str, str | None], tuple[Sizes, float]] = Lru("search_sizes", SIZES_KEPT)
 
 
 def _known_sizes(key: tuple[str, str, str | None]) -> Sizes | None:
@@ -761,10 +765,7 @@ def _known_sizes(key: tuple[str, str, str | None]) -> Sizes | None:
 
 
 def _remember_sizes(key: tuple[str, str, str | None], sizes: Sizes) -> None:
-    if len(_sizes) >= SIZES_KEPT and key not in _sizes:
-        del _sizes[next(iter(_sizes))]  # the oldest entry (dicts keep insertion order)
-    _sizes.pop(key, None)
-    _sizes[key] = (sizes, time.monotonic())
+    _sizes.put(key, (sizes, time.monotonic()))
 
 
 async def search(

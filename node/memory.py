@@ -1,0 +1,97 @@
+"""The node's memory ceiling: passivate scope actors, least recently used first.
+
+Actors are the node's largest cache (a roster, a tail of recent sends and an
+idempotency window each) and every one can be rebuilt from the database, so
+when the process's resident memory passes ``Settings.memory_ceiling_mb`` the
+governor stops a quarter of the idle actors, oldest batch first, until it is
+under again, and hands the freed pages back to the operating system. Every
+other cache has a fixed cap (``actors/lru.py``; docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+from collections.abc import Callable
+
+import structlog
+import trio
+
+from node.registry import ActorRegistry
+
+log = structlog.get_logger(__name__)
+
+CHECK_EVERY_S = 5.0
+# A sweep stops this share of the actors at most; the next check sees the effect.
+SWEEP_SHARE = 0.25
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes() -> int | None:
+    """This process's resident set (Linux ``/proc``); None elsewhere."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _malloc_trim() -> Callable[[], None]:
+    """glibc's ``malloc_trim(0)``: free heap pages back to the system (a no-op
+    where the C library has none)."""
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is None:
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+class MemoryGovernor:
+    def __init__(
+        self,
+        registry: ActorRegistry,
+        ceiling_bytes: int,
+        *,
+        read_rss: Callable[[], int | None] = rss_bytes,
+    ) -> None:
+        self._registry = registry
+        self.ceiling_bytes = ceiling_bytes
+        self._read_rss = read_rss
+        self._trim = _malloc_trim()
+        self.sweeps = 0
+        self.passivated = 0
+        self.last_rss = read_rss() or 0
+
+    def check(self) -> int:
+        """One look at the resident set; passivates when over the ceiling.
+        Returns the actors stopped."""
+        rss = self._read_rss()
+        if rss is None:
+            return 0
+        self.last_rss = rss
+        if rss <= self.ceiling_bytes or not len(self._registry):
+            return 0
+        count = max(1, int(len(self._registry) * SWEEP_SHARE))
+        stopped = self._registry.passivate_least_recent(count)
+        gc.collect()
+        self._trim()
+        self.sweeps += 1
+        self.passivated += stopped
+        after = self._read_rss()
+        log.warning(
+            "memory_ceiling_sweep",
+            rss_mb=rss // 2**20,
+            after_mb=(after or 0) // 2**20,
+            ceiling_mb=self.ceiling_bytes // 2**20,
+            passivated=stopped,
+            actors=len(self._registry),
+        )
+        return stopped
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(CHECK_EVERY_S)
+            self.check()

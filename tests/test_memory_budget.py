@@ -1,0 +1,106 @@
+"""The memory budget: every long-lived cache has a cap, and over the memory
+ceiling the node passivates idle actors, least recently used first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from actors import lru
+from actors.lru import Lru
+from node.memory import MemoryGovernor, rss_bytes
+from node.registry import ActorRegistry
+from tests.nodes import World, make_channel, running_node
+from tests.test_metrics import http_get, samples
+
+
+def test_an_lru_keeps_its_cap_and_forgets_the_least_recently_used() -> None:
+    cache: Lru[str, int] = Lru("test_cache", 3)
+    for i, key in enumerate("abc"):
+        cache.put(key, i)
+    assert cache.get("a") == 0  # a is now the most recent
+    cache.put("d", 3)
+    assert len(cache) == 3
+    assert "b" not in cache
+    assert [cache.get(k) for k in "acd"] == [0, 2, 3]
+    cache.put("a", 9)  # an update, not a new entry
+    assert len(cache) == 3
+    assert cache.get("a") == 9
+    assert lru.sizes()["test_cache"] == 3
+
+
+def test_every_cache_of_the_node_is_capped() -> None:
+    # Importing the node brings every module-level cache to life; each is an Lru.
+    import node.app  # noqa: F401
+
+    names = set(lru.sizes())
+    assert {"members_interned", "memberships_interned", "search_sizes"} <= names
+
+
+class _FakeActor:
+    def __init__(self, scope_id: str, last: float, idle: bool = True) -> None:
+        self.scope_id = scope_id
+        self.last_batch_at = last
+        self.idle = idle
+        self.stopped = False
+
+    def passivate_if_idle(self) -> bool:
+        if not self.idle:
+            return False
+        self.stopped = True
+        return True
+
+
+def _registry_with(actors: list[_FakeActor]) -> ActorRegistry:
+    registry = ActorRegistry.__new__(ActorRegistry)
+    registry._actors = {a.scope_id: a for a in actors}  # type: ignore[misc]
+    return registry
+
+
+def test_over_the_ceiling_the_least_recently_used_idle_actors_stop() -> None:
+    actors = [_FakeActor(f"s{i}", last=float(i)) for i in range(8)]
+    actors[0].idle = False  # the oldest has work queued: skipped
+    registry = _registry_with(actors)
+    rss = [100]
+    governor = MemoryGovernor(registry, 150, read_rss=lambda: rss[0])
+    assert governor.check() == 0  # under the ceiling: nothing stops
+    rss[0] = 200
+    assert governor.check() == 2  # a quarter of 8
+    assert [a.scope_id for a in actors if a.stopped] == ["s1", "s2"]
+    assert len(registry) == 6
+    assert governor.passivated == 2
+    assert governor.sweeps == 1
+
+
+async def test_a_node_over_its_ceiling_passivates_and_reloads_on_the_next_send(
+    database_url: str, tmp_path: Path
+) -> None:
+    # A ceiling of 1 MiB: every check finds the node over it.
+    async with running_node(database_url, tmp_path, memory_ceiling_mb=1) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        async with world.client(ann) as client:
+            await make_channel(client, "ops")
+            await client.send("#ops", "one", clientMessageId="m1")
+            registry = node.services.registry
+            assert len(registry) >= 1
+            governor = MemoryGovernor(registry, 2**20)
+            while len(registry):
+                governor.check()
+                await trio.sleep(0)
+            # The scope's next send starts a fresh actor from the database.
+            second = await client.send("#ops", "two", clientMessageId="m2")
+            assert second["acceptedSeq"] == 2
+            again = await client.send("#ops", "one", clientMessageId="m1")
+            assert again["state"] == "already_sent"
+        _, text = await http_get(node.services.port, "/metrics")
+    assert samples(text, "scopenode_memory_ceiling_bytes")[()] == 2**20
+    assert samples(text, "scopenode_resident_bytes")[()] > 0
+    assert samples(text, "scopenode_cache_entries")[(("cache", "members_interned"),)] >= 1
+
+
+def test_the_resident_set_is_read_from_proc() -> None:
+    found = rss_bytes()
+    assert found is not None
+    assert 10 * 2**20 < found < 10 * 2**30
