@@ -14,11 +14,10 @@ from typing import Any
 
 import node.session
 from node.cli import main
+from node.ops.messages import submit_send as _submit_send
 
 LEAK_BYTES = 20 * 1024
 RETAINED: list[bytes] = []
-
-_submit_send = node.session.submit_send
 
 
 async def _leaky_submit_send(services: Any, member: Any, request: Any, *args: Any) -> None:
@@ -28,7 +27,8 @@ async def _leaky_submit_send(services: Any, member: Any, request: Any, *args: An
     await _submit_send(services, member, request, *args)
 
 
-node.session.submit_send = _leaky_submit_send  # type: ignore[assignment]
+# The session module looks the handler up by name at each send.
+vars(node.session)["submit_send"] = _leaky_submit_send
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

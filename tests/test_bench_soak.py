@@ -26,6 +26,7 @@ from bench.nodeproc import free_port
 from node.limits import RAISED_LIMITS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
+LEAK_BYTES = 20 * 1024  # tests/leaky_node.py (not imported: importing it patches the node)
 
 
 def series(values: list[float], every_s: float = 30.0, key: str = "rss_mib") -> list[sa.Sample]:
@@ -190,6 +191,10 @@ def test_soak_calls_a_planted_leak_growing(
     assert main(argv) == 1
     report: dict[str, Any] = json.loads(out.read_text())
     assert report["verdicts"]["rss_mib"] == "growing"
+    # The node grows by itself too (scope actors); the leak alone must show in the slope.
+    sends_per_s = report["totals"]["acked_sends"] / 180
+    leak_mib_per_10min = sends_per_s * 600 * LEAK_BYTES / 2**20
+    assert report["slopes_per_10min"]["rss_mib"] > 0.8 * leak_mib_per_10min, report["samples"]
     rss = next(a for a in report["acceptance"] if a["name"] == "rss_end_over_third")
     assert rss["pass"] is False, rss
     assert all(check["ok"] for check in report["checks"].values()), report["checks"]
