@@ -64,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--report-every", type=float, default=30.0, help="seconds per sample")
     p.add_argument("--warmup-minutes", type=float, help="default 2, or 10%% of a short run")
-    p.add_argument("--memory-cap-mb", type=float, help="the node's memory ceiling (RSS at_cap)")
+    p.add_argument(
+        "--memory-cap-mb",
+        type=float,
+        help="the node's memory ceiling for RSS's at_cap (default: scopenode_memory_ceiling_bytes"
+        " from /metrics, when the node reports it)",
+    )
     p.add_argument("--strict", action="store_true", help="exit 1 when an acceptance figure fails")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", metavar="FILE")
@@ -766,6 +771,7 @@ class Sampler:
         assert team is not None
         cpu = self._node_cpu()
         size = await audit.database_size(self.conn)
+        metrics = await node_metrics(soak.node.base_url)
         scope_count, messages = await audit.workspace_totals(self.conn, team.workspace_id)
         sample: dict[str, Any] = {
             "t_s": round(t_s, 1),
@@ -774,7 +780,8 @@ class Sampler:
             "node_cpu_s": cpu,
             "sends": taken.sends,
             "cpu_per_send_ms": round(cpu * 1000 / taken.sends, 3) if cpu and taken.sends else None,
-            "outbox_pending": await outbox_pending(soak.node.base_url),
+            "outbox_pending": _int_or_none(metrics.get(PENDING_SAMPLE)),
+            "memory_ceiling_mib": _mib_or_none(metrics.get(CEILING_SAMPLE)),
             "db_size_mib": round(size / 2**20, 2),
             "messages": messages,
             "scopes": scope_count,
@@ -799,6 +806,14 @@ class Sampler:
         spent = None if now is None or self._cpu is None else round(now - self._cpu, 3)
         self._cpu = now
         return spent
+
+
+def _int_or_none(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _mib_or_none(value: float | None) -> float | None:
+    return None if value is None else round(value / 2**20, 1)
 
 
 def _fmt(value: Any, spec: str = ".1f") -> str:
@@ -867,20 +882,25 @@ async def _read_response(conn: h11.Connection, stream: trio.SocketStream) -> tup
 
 
 PENDING_SAMPLE = 'scopenode_outbox_rows{status="pending"}'
+CEILING_SAMPLE = "scopenode_memory_ceiling_bytes"
 
 
-async def outbox_pending(base_url: str) -> int | None:
+async def node_metrics(base_url: str) -> dict[str, float]:
+    """``GET /metrics`` as {sample name with labels: value}; empty when unreachable."""
     host, port = _host_port(base_url)
     try:
         status, body = await http_request(host, port, "GET", "/metrics", [], timeout=10)
     except (OSError, trio.TooSlowError, h11.ProtocolError):
-        return None
-    if status != 200:
-        return None
-    for line in body.decode(errors="replace").splitlines():
-        if line.startswith(PENDING_SAMPLE):
-            return int(float(line.rsplit(" ", 1)[1]))
-    return None
+        return {}
+    found: dict[str, float] = {}
+    for line in body.decode(errors="replace").splitlines() if status == 200 else ():
+        name, _, value = line.rpartition(" ")
+        if name and not line.startswith("#"):
+            try:
+                found[name] = float(value)
+            except ValueError:
+                continue
+    return found
 
 
 # ---------------------------------------------------------------- checks
@@ -966,7 +986,7 @@ async def run_soak(soak: Soak, conn: pg.TrioConnection) -> dict[str, Any]:
     facts = analysis.RunFacts(
         run_s=run_s,
         warmup_s=args.warmup_minutes * 60,
-        rss_cap_mib=args.memory_cap_mb,
+        rss_cap_mib=memory_cap_mib(args, sampler.samples),
         offered_sends=round(args.sends_per_s * run_s),
         acked_sends=len(soak.ledger.acked),
     )
@@ -974,11 +994,20 @@ async def run_soak(soak: Soak, conn: pg.TrioConnection) -> dict[str, Any]:
         "params": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
         "machine": machine(),
         "workspace_id": team.workspace_id,
+        "memory_cap_mib": facts.rss_cap_mib,
         "samples": sampler.samples,
         **analysis.analyse(sampler.samples, facts),
         "checks": checks,
         "totals": totals(soak, own_cpu_s() - gen_cpu0),
     }
+
+
+def memory_cap_mib(args: argparse.Namespace, samples: Sequence[dict[str, Any]]) -> float | None:
+    """``--memory-cap-mb``, else the ceiling the node reports in ``/metrics``."""
+    if args.memory_cap_mb is not None:
+        return float(args.memory_cap_mb)
+    reported = [s["memory_ceiling_mib"] for s in samples if s.get("memory_ceiling_mib")]
+    return float(reported[-1]) if reported else None
 
 
 async def drive(soak: Soak, sampler: Sampler) -> None:
