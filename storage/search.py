@@ -84,6 +84,20 @@ rights AS MATERIALIZED (
 )"""
 )
 _RIGHTS = _RIGHTS_OF.format(scopes="sc.id IN (SELECT scope_id FROM scopes_in)")
+# ``in:#slug``: the channels named and their threads (through the thread-root
+# index, which leads with the parent).
+IN_CHANNELS = """
+    SELECT cp.scope_id FROM scope_channel_profiles cp
+    WHERE cp.workspace_id = %(workspace_id)s AND cp.slug = ANY(%(channels)s)
+    UNION ALL
+    SELECT t.id FROM scope_channel_profiles cp
+    JOIN scopes t ON t.parent_scope_id = cp.scope_id
+    WHERE cp.workspace_id = %(workspace_id)s AND cp.slug = ANY(%(channels)s)"""
+# With ``in:`` only those of the viewer's scopes are candidates: a viewer who
+# reads none of them has no documents to search, and the choice knows it.
+_RIGHTS_IN = _RIGHTS_OF.format(
+    scopes=f"sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id IN ({IN_CHANNELS})"
+)
 # With a scope filter only that scope is a candidate (its size decides the strategy).
 _RIGHTS_ONE = _RIGHTS_OF.format(
     scopes="sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id = %(scope_id)s"
@@ -237,11 +251,7 @@ def _conditions(
         )
     if parsed.in_channels:
         params["channels"] = list(parsed.in_channels)
-        where.append(
-            "d.scope_id IN (SELECT cs.id FROM scope_channel_profiles cp"
-            " JOIN scopes cs ON cs.id = cp.scope_id OR cs.parent_scope_id = cp.scope_id"
-            " WHERE cp.workspace_id = %(workspace_id)s AND cp.slug = ANY(%(channels)s))"
-        )
+        where.append(f"d.scope_id IN ({IN_CHANNELS})")
     return where
 
 
@@ -400,6 +410,13 @@ class Sizes:
     total: float
 
 
+def walkable(parsed: ParsedQuery, sort: Sort) -> bool:
+    """Whether the walk may run: newest first, and not for ``in:``, whose
+    channels may hold none of the newest documents (a viewer outside them
+    would walk the whole workspace to find nothing)."""
+    return sort == "recent" and not parsed.in_channels
+
+
 def pick(sizes: Sizes, estimate: Estimate, *, walkable: bool, limit: int) -> Strategy:
     """The strategy ``_PLAN`` would choose for these sizes (its Python twin)."""
     freq = UNKNOWN_FREQ if estimate.freq is None else estimate.freq
@@ -500,9 +517,14 @@ def _readable_query(
     )
     ctes = [_SCOPES_IN]
     if not lazy_rights:
-        ctes.append(_RIGHTS if filters.scope_id is None else _RIGHTS_ONE)
+        if filters.scope_id is not None:
+            ctes.append(_RIGHTS_ONE)
+        else:
+            ctes.append(_RIGHTS_IN if parsed.in_channels else _RIGHTS)
     if gated:
-        params.update(walkable=not relevance, indexable=estimate.indexable, freq=estimate.freq)
+        params.update(
+            walkable=walkable(parsed, sort), indexable=estimate.indexable, freq=estimate.freq
+        )
         ctes.append(_PLAN.format(limit=limit + 1, unknown=UNKNOWN_FREQ))
     branches = []
     if strategy in (None, "terms"):
@@ -790,9 +812,11 @@ async def search(
     fingerprint = _fingerprint(query, filters, sort)
     after = decode_cursor(cursor, fingerprint, sort) if cursor else None
     estimate = (await term_stats(conn)).estimate(parsed)
-    key = (filters.workspace_id, str(viewer_params["viewer_id"]), filters.scope_id)
+    # The sizes of an in: search are those of its channels, not of all the viewer reads.
+    scopes_key = filters.scope_id or ",".join(sorted(parsed.in_channels)) or None
+    key = (filters.workspace_id, str(viewer_params["viewer_id"]), scopes_key)
     if strategy is None and (sizes := _known_sizes(key)) is not None:
-        strategy = pick(sizes, estimate, walkable=sort == "recent", limit=limit)
+        strategy = pick(sizes, estimate, walkable=walkable(parsed, sort), limit=limit)
     statement, params = build_query(
         parsed,
         filters,
