@@ -39,6 +39,7 @@ import h11
 import trio
 
 from actors.model import MemberType
+from bench import leanws
 from bench import report as report_mod
 from bench import soak_analysis as analysis
 from bench.baseline import open_database
@@ -560,7 +561,8 @@ class Soak:
         except RequestError as e:
             self.count_error(e.code)
             return None
-        except (SessionClosed, trio.TooSlowError) as e:
+        except (SessionClosed, leanws.Closed, trio.ClosedResourceError, trio.TooSlowError) as e:
+            # A churning session may close between the pick and the write.
             self.count_error(f"request_{type(e).__name__}")
             return None
         if lat is not None:
