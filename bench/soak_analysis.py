@@ -12,7 +12,8 @@ Verdicts, per figure, over the post-warm-up samples (at least three):
   (at least one each), compared by their medians; ``base`` is the first
   window's median, or the figure's floor when that is larger (a rise from
   0.3 ms to 0.6 ms, or from 0 to 4 pending outbox rows, is no trend);
-* ``at_cap`` (RSS only, with a memory cap): every sample of the last window is
+* ``at_cap`` (RSS only, with a memory cap: ``--memory-cap-mb`` or the node's
+  reported ceiling): every sample of the last window is
   within 5% of the cap and the last window itself rises by at most 5% of the
   cap — the node reached its ceiling and holds there;
 * ``growing``: the least-squares rise over the measured span (slope × span)
