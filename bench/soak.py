@@ -411,7 +411,7 @@ class Client:
         while not stop.is_set():
             try:
                 await self._connected(stop)
-            except (SessionClosed, OSError, trio.TooSlowError) as e:
+            except (SessionClosed, leanws.Closed, OSError, trio.TooSlowError) as e:
                 self.soak.count_error(f"session_{type(e).__name__}")
             self.session = None
             if not stop.is_set():
