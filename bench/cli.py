@@ -485,6 +485,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench.search import main as search_main
 
         return search_main(argv[1:])
+    if argv[:1] == ["search-team"]:
+        # A team's corpus built through sends, searched while it writes (bench/search_team.py).
+        from bench.search_team import main as search_team_main
+
+        return search_team_main(argv[1:])
     if argv[:1] == ["compare"]:
         # Two nodes at once, load in alternating blocks (bench/compare.py).
         from bench.compare import main as compare_main
