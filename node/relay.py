@@ -88,9 +88,13 @@ RECONNECT_DELAY = 0.5
 CATCHUP_MARGIN = timedelta(seconds=10)  # a send's created_at precedes its commit
 GAP_WAIT = 1.0
 RANGE_LIMIT = 1_000  # longer holes are an invalidate, not a push
-CURSORS_KEPT = 100_000
+CURSORS_KEPT = 20_000
 READERS_KEPT = 10_000  # scopes whose readers among local members are remembered
 ABOVE_KEPT = 10_000
+# A cursor without a frontier has seen only this node's own commits (on a node
+# without peers, every cursor): of those only the newest can ever meet another
+# node's notification, so no more than this many are kept.
+UNANCHORED_KEPT = 64
 NOTIFY_ATTEMPTS = 3
 PEER_POLL = 1.0  # seconds between looks at which other nodes listen
 JOIN_WAIT = 3.0  # at most this long for the peers' acknowledgements
@@ -119,6 +123,8 @@ class _Cursor:
     def add(self, seqs: Collection[int]) -> None:
         self.above.update(seqs)
         if self.frontier is None:
+            if len(self.above) > UNANCHORED_KEPT:
+                self.above = set(sorted(self.above)[-UNANCHORED_KEPT // 2 :])
             return
         self.above = {s for s in self.above if s > self.frontier}
         while self.frontier + 1 in self.above:
