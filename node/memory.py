@@ -3,8 +3,9 @@
 Actors are the node's largest cache (a roster, a tail of recent sends and an
 idempotency window each) and every one can be rebuilt from the database, so
 when the process's resident memory passes ``Settings.memory_ceiling_mb`` the
-governor stops a quarter of the idle actors, oldest batch first, until it is
-under again, and hands the freed pages back to the operating system. Every
+governor stops a quarter of the idle actors, oldest batch first, and hands
+the freed pages back to the operating system; it sweeps again when the
+resident set grows past where the last sweep left it. Every
 other cache has a fixed cap (``actors/lru.py``; docs/operations.md).
 """
 
@@ -26,6 +27,9 @@ log = structlog.get_logger(__name__)
 CHECK_EVERY_S = 5.0
 # A sweep stops this share of the actors at most; the next check sees the effect.
 SWEEP_SHARE = 0.25
+# After a sweep the next one waits for the resident set to grow by a fiftieth
+# of the ceiling past where the sweep left it.
+SETTLE_SHARE = 50
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -64,6 +68,7 @@ class MemoryGovernor:
         self.sweeps = 0
         self.passivated = 0
         self.last_rss = read_rss() or 0
+        self._settled = 0
 
     def check(self) -> int:
         """One look at the resident set; passivates when over the ceiling.
@@ -72,7 +77,7 @@ class MemoryGovernor:
         if rss is None:
             return 0
         self.last_rss = rss
-        if rss <= self.ceiling_bytes or not len(self._registry):
+        if rss <= max(self.ceiling_bytes, self._settled) or not len(self._registry):
             return 0
         count = max(1, int(len(self._registry) * SWEEP_SHARE))
         stopped = self._registry.passivate_least_recent(count)
@@ -81,6 +86,11 @@ class MemoryGovernor:
         self.sweeps += 1
         self.passivated += stopped
         after = self._read_rss()
+        # Freed memory the allocator keeps (fragmented pages) is reused by the
+        # next actors without showing in the resident set: the next sweep waits
+        # until the node grows past where this one left it, instead of
+        # passivating a quarter of the actors every few seconds for nothing.
+        self._settled = (after or rss) + self.ceiling_bytes // SETTLE_SHARE
         log.warning(
             "memory_ceiling_sweep",
             rss_mb=rss // 2**20,
