@@ -214,7 +214,7 @@ class ScopeActor:
         publisher: Publisher,
         *,
         mailbox_size: int = 1024,
-        idle_timeout: float = 120.0,
+        idle_timeout: float | None = 120.0,
         on_send: SendObserver | None = None,
         row_limit: int = ROW_LIMIT,
     ) -> None:
@@ -241,6 +241,7 @@ class ScopeActor:
         # Batches taken so far, and whether the actor waits for a command now:
         # what _passivate_when_idle reads.
         self._batches = 0
+        self._seen_batches = -1
         self._waiting = False
         # When the last batch was taken (trio's clock): the registry passivates
         # the least recently used actors first when the node is over its
@@ -279,15 +280,18 @@ class ScopeActor:
             try:
                 self._adopt(await self._store.load_scope(self.scope_id))
                 task_status.started()
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._passivate_when_idle)
-                    await self._serve()
-                    nursery.cancel_scope.cancel()
+                if self._idle_timeout is None:
+                    await self._serve()  # whoever runs it passivates it
+                else:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._passivate_when_idle, self._idle_timeout)
+                        await self._serve()
+                        nursery.cancel_scope.cancel()
             finally:
                 self.accepting = False
                 self._fail_queued()
 
-    async def _passivate_when_idle(self) -> None:
+    async def _passivate_when_idle(self, period: float) -> None:
         """Close the mailbox once a whole idle period passed without a batch.
 
         One timer per period instead of a deadline registered and removed at
@@ -296,20 +300,24 @@ class ScopeActor:
         and two periods after its last command.
         """
         while True:
-            seen = self._batches
-            await trio.sleep(self._idle_timeout)
-            if self._batches == seen and self._waiting and not self._receive_pending():
-                # No await between the check and the close: nothing can be
-                # queued in between, and later commands find it not accepting.
-                self.accepting = False
-                self._send.close()
+            await trio.sleep(period)
+            if self.passivate_if_unused():
                 return
+
+    def passivate_if_unused(self) -> bool:
+        """One look per idle period (the actor's own timer, or the registry's
+        one sweep over all its actors): stop when no batch was taken since
+        the previous look and nothing waits."""
+        seen, self._seen_batches = self._seen_batches, self._batches
+        return self._batches == seen and self.passivate_if_idle()
 
     def passivate_if_idle(self) -> bool:
         """Stop now if nothing is queued or being processed (the memory
         ceiling's passivation); the next command starts a fresh actor."""
         if not (self.accepting and self._waiting and not self._receive_pending()):
             return False
+        # No await between the check and the close: nothing can be queued in
+        # between, and later commands find it not accepting.
         self.accepting = False
         self._send.close()
         return True

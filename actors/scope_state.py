@@ -38,7 +38,7 @@ from actors.visibility import VisibilityContext, readable
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import FreshnessIn, SendResult
 
-IDEMPOTENCY_WINDOW = 1024
+IDEMPOTENCY_WINDOW = 256
 RECENT_TAIL = 512
 THREAD_PARTICIPANTS = 3  # as many as storage.messages.THREAD_PARTICIPANTS
 PRIVATE_GAP_BUDGET = 200

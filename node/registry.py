@@ -57,6 +57,9 @@ class ActorRegistry:
         self._actors: dict[str, ScopeActor] = {}
         self._starting: dict[str, trio.Event] = {}
         self.draining = False
+        # One timer for every actor instead of a task and a nursery per actor
+        # (~4 KB each, and thousands of thread actors live at once).
+        nursery.start_soon(self._passivate_idle)
 
     def __len__(self) -> int:
         return len(self._actors)
@@ -86,7 +89,7 @@ class ActorRegistry:
             self._store,
             self._publisher,
             mailbox_size=self._mailbox_size,
-            idle_timeout=self._idle_timeout,
+            idle_timeout=None,
             on_send=self._on_send,
             row_limit=self._row_limit,
         )
@@ -147,6 +150,15 @@ class ActorRegistry:
         actor = self._actors.pop(scope_id, None)
         if actor is not None:
             actor.accepting = False
+
+    async def _passivate_idle(self) -> None:
+        """Every idle period, stop the actors that took no batch in the last
+        one: an actor stops one to two periods after its last command."""
+        while True:
+            await trio.sleep(self._idle_timeout)
+            for actor in list(self._actors.values()):
+                if actor.passivate_if_unused() and self._actors.get(actor.scope_id) is actor:
+                    del self._actors[actor.scope_id]
 
     def passivate_least_recent(self, count: int) -> int:
         """Passivate up to ``count`` idle actors, least recently used first;

@@ -220,6 +220,14 @@ def _term_condition(
             f"d.body ~ '{CJK_CHARACTER}'"
             f" AND scopenode_cjk_bigrams(d.body) @> %({name}_pairs)s::text[] AND {checked}"
         )
+    found = _symbol_lookup(t.text)
+    if found:
+        # The same for emoji and pictographs, through their own index (migration 13).
+        params[f"{name}_symbols"] = found
+        return (
+            f"d.body ~ '{SYMBOL_CHARACTER}'"
+            f" AND scopenode_symbols(d.body) @> %({name}_symbols)s::text[] AND {checked}"
+        )
     return f"d.body ILIKE %({name})s"
 
 
@@ -671,6 +679,7 @@ class TermStats:
                 or t.kind is TermKind.WORD
                 or _trigrams(t.text)
                 or bool(_pair_lookup(t.text))
+                or bool(_symbol_lookup(t.text))
             )
         if not parsed.terms:
             freq = 1.0  # filters and exclusions only: nearly everything matches
@@ -702,6 +711,25 @@ def cjk_bigrams(text: str) -> list[str]:
     """The distinct adjacent pairs of CJK characters in ``text``, as the
     database function indexes them."""
     return sorted(set(_CJK_PAIR.findall(text)))
+
+
+# The characters scopenode_symbols() indexes (storage/schema_v13_symbols.sql),
+# as the partial index's predicate states them.
+_SYMBOLS = "\u2190-\u2bff\U0001f000-\U0001faff"
+SYMBOL_CHARACTER = "[" + _SYMBOLS.encode("unicode_escape").decode() + "]"
+_SYMBOL = re.compile(f"[{_SYMBOLS}]")
+
+
+def symbols(text: str) -> list[str]:
+    """The distinct emoji and pictographs in ``text``, as the database function
+    indexes them."""
+    return sorted(set(_SYMBOL.findall(text)))
+
+
+def _symbol_lookup(text: str) -> list[str]:
+    """The symbols to find a substring term by: only when neither trigrams nor
+    CJK pairs find it."""
+    return [] if _trigrams(text) or cjk_bigrams(text) else symbols(text)
 
 
 def _pair_lookup(text: str) -> list[str]:

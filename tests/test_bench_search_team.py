@@ -8,10 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.cli import main
 from bench.search_team import CLASSES
 
 
+@pytest.mark.slow  # builds a corpus through a node: with the other bench runs
 def test_quick_search_team_reports_every_class_over_a_threaded_corpus(tmp_path: Path) -> None:
     out = tmp_path / "search-team.json"
     started = time.monotonic()

@@ -126,6 +126,7 @@ def test_acceptance_checks_every_interval_for_search_and_history() -> None:
     assert _accepted(samples)["history_p99_ms_max"]
 
 
+@pytest.mark.slow  # a real half-minute run: with the other bench runs, not in the default suite
 def test_smoke_soak_against_a_node_it_starts(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     started = time.monotonic()

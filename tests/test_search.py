@@ -159,6 +159,33 @@ async def test_a_cjk_pair_is_found_through_the_partial_index_of_pairs(database_u
     assert index.CJK_CHARACTER in str(predicate)
 
 
+async def test_the_symbols_of_python_and_the_index_agree(database_url: str) -> None:
+    """Emoji and pictographs: the query side takes a term's symbols as the
+    database function takes a document's, edges of the ranges included."""
+    edges = "\u218f\u2190\u2bff\u2c00\U0001efff\U0001f000\U0001faff\U0001fb00"
+    texts = ["", "plain text", "ship it 🚀🚀 ✅", "👍🏽 ok", "→ next ⏰", edges, "東京🎉"]
+    async with await connect(database_url, autocommit=True) as conn:
+        for text in texts:
+            cur = await conn.execute("SELECT scopenode_symbols(%s)", (text,))
+            row = await cur.fetchone()
+            assert row is not None
+            assert sorted(row[0]) == index.symbols(text), text
+
+
+async def test_an_emoji_is_found_through_the_partial_index_of_symbols(database_url: str) -> None:
+    parsed = parse("🚀")
+    statement, params = index.build_query(
+        parsed, index.Filters("ws_none"), {}, sort="recent", limit=20, after=None, raw=True
+    )
+    async with await connect(database_url) as conn:
+        await conn.execute("DROP INDEX scope_message_search_docs_recent_idx")
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        cur = await conn.execute("EXPLAIN " + statement, params)  # type: ignore[arg-type]
+        plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+        await conn.rollback()
+    assert "scope_message_search_docs_symbols_idx" in plan, plan
+
+
 async def test_the_raw_query_kept_to_scopes_finds_only_their_documents(database_url: str) -> None:
     """The bench's floor under visibility (``within``): the raw query with the
     viewer's scopes as its only filter."""
@@ -456,10 +483,10 @@ async def test_filters_paging_sort_and_errors(database_url: str, tmp_path: Path)
         async with world.client(ann) as a, world.client(bob) as b, other.client(eve) as e:
             ops = await make_channel(a, "ops", b)
             dev = await make_channel(a, "dev", b)
-            sent = []
+            sent, notes = [], []
             for i in range(7):
                 sent.append(await a.send("#ops", f"rollout step {i}"))
-                await b.send("#dev", f"rollout note {i} rollout")
+                notes.append(await b.send("#dev", f"rollout note {i} rollout"))
             ids = [s["messageId"] for s in sent]
             # Paging: newest first, disjoint pages, all found.
             first = await a.search("rollout", scope_id=ops, limit=3)
@@ -478,13 +505,22 @@ async def test_filters_paging_sort_and_errors(database_url: str, tmp_path: Path)
             ranked = await hits_of(a, "rollout", sort="relevance")
             assert len(ranked) == 14
             assert ranked[0]["scopeId"] == dev
+            # in: covers the channel's threads; a channel the viewer is not in
+            # has nothing for it, with or without terms.
+            await a.send(f"#dev:{notes[0]['messageId']}", "rollout in a thread")
+            await make_channel(b, "quiet")
+            await b.send("#quiet", "rollout where ann is not")
+            assert len(await hits_of(a, "rollout in:#dev")) == 8
+            assert await hits_of(a, "rollout in:#quiet") == []
+            assert await hits_of(a, "in:#quiet") == []
+            assert len(await hits_of(b, "in:#quiet")) == 1
             # Another workspace sees nothing; its scope ids are not_found.
             assert await hits_of(e, "rollout") == []
             assert await error_of(e, "search", query="rollout", scopeId=ops) == "not_found"
             # A scope the member left is forbidden, like history.
             await b.request("leave", scopeId=ops)
             assert await error_of(b, "search", query="rollout", scopeId=ops) == "forbidden"
-            assert len(await hits_of(b, "rollout")) == 7
+            assert len(await hits_of(b, "rollout")) == 9  # #dev, its thread, #quiet
             # Bad input is typed and the session lives on.
             assert await error_of(a, "search", query="   ") == "validation_failed"
             assert await error_of(a, "search", query="x" * 257) == "validation_failed"
