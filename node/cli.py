@@ -204,6 +204,7 @@ def _positive_int(text: str) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from node.app import serve_node
+    from node.memory import limit_allocator_arenas
 
     problem = _listen_problem(args.host, args.port)
     if problem is not None:
@@ -229,6 +230,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"scopenode: --moderation-file: {reason}", file=sys.stderr)
         return USAGE_ERROR
     logs.configure(settings.log_level)
+    # Before trio starts its worker threads (node/memory.py says why).
+    limit_allocator_arenas()
     try:
         with contextlib.suppress(KeyboardInterrupt):
             trio.run(serve_node, settings)

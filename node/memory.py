@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import itertools
 import os
 from collections.abc import Callable
 
@@ -25,6 +26,10 @@ from node.registry import ActorRegistry
 log = structlog.get_logger(__name__)
 
 CHECK_EVERY_S = 5.0
+# Every this many checks (a minute) freed heap pages go back to the system
+# even under the ceiling: the resident set then shows what the node holds.
+TRIM_EVERY_CHECKS = 12
+_M_ARENA_MAX = -8  # glibc's malloc.h
 # A sweep stops this share of the actors at most; the next check sees the effect.
 SWEEP_SHARE = 0.25
 # After a sweep the next one waits for the resident set to grow by a fiftieth
@@ -42,11 +47,32 @@ def rss_bytes() -> int | None:
         return None
 
 
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name) if name else None
+
+
+def limit_allocator_arenas(arenas: int = 2) -> bool:
+    """glibc's ``mallopt(M_ARENA_MAX, arenas)``, before any thread starts.
+
+    glibc gives each thread that allocates (trio's worker threads: file I/O of
+    attachments, name lookups) an arena of its own, up to eight per core; what
+    one frees another never reuses, and the resident set creeps up while the
+    heap does not grow. Returns False where the C library has no mallopt.
+    """
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None) if libc is not None else None
+    if mallopt is None:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(_M_ARENA_MAX, arenas))
+
+
 def _malloc_trim() -> Callable[[], None]:
     """glibc's ``malloc_trim(0)``: free heap pages back to the system (a no-op
     where the C library has none)."""
-    name = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None) if libc is not None else None
     if trim is None:
         return lambda: None
     trim.argtypes = [ctypes.c_size_t]
@@ -102,6 +128,7 @@ class MemoryGovernor:
         return stopped
 
     async def run(self) -> None:
-        while True:
+        for n in itertools.count(1):
             await trio.sleep(CHECK_EVERY_S)
-            self.check()
+            if not self.check() and n % TRIM_EVERY_CHECKS == 0:
+                self._trim()

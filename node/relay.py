@@ -242,6 +242,10 @@ class ClusterRelay:
         if not seqs:
             return True
         self._notify({"k": "msg", "s": scope_id, "f": min(seqs), "t": max(seqs)})
+        if self.alone and scope_id not in self._cursors:
+            # No other node writes here: nothing can arrive out of order, and a
+            # cursor per scope would only hold memory.
+            return True
         cursor = self._cursor(scope_id, None)
         if scope_id in self._fetching or cursor.missing(min(seqs) - 1):
             # Another node's earlier seqs are not delivered here yet (two nodes

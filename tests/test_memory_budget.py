@@ -3,13 +3,15 @@ ceiling the node passivates idle actors, least recently used first."""
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
+import pytest
 import trio
 
 from actors import lru
 from actors.lru import Lru
-from node.memory import MemoryGovernor, rss_bytes
+from node.memory import MemoryGovernor, limit_allocator_arenas, rss_bytes
 from node.registry import ActorRegistry
 from tests.nodes import World, make_channel, running_node
 from tests.test_metrics import http_get, samples
@@ -107,3 +109,9 @@ def test_the_resident_set_is_read_from_proc() -> None:
     found = rss_bytes()
     assert found is not None
     assert 10 * 2**20 < found < 10 * 2**30
+
+
+def test_the_allocator_arenas_are_limited_on_glibc() -> None:
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt is glibc's")
+    assert limit_allocator_arenas(2)
