@@ -20,7 +20,7 @@ from storage.pg import Pool
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
 # Threads and DMs are cached per member, so the targets a node has seen grow
 # with every thread anyone posts in: the most recently used ones are kept.
-TARGETS_CACHED = 20_000
+TARGETS_CACHED = 5_000
 SCOPES_CACHED = 20_000
 
 
