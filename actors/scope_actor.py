@@ -238,8 +238,8 @@ class ScopeActor:
         self.stale = False
         self.commits = 0
         self._processing = 0
-        # Batches taken so far, and whether the actor waits for a command now:
-        # what _passivate_when_idle reads.
+        # Batches taken so far (and at the last idle look), and whether the
+        # actor waits for a command now: what passivate_if_unused reads.
         self._batches = 0
         self._seen_batches = -1
         self._waiting = False
