@@ -38,7 +38,6 @@ event only as a wake. The other node pushes the same bytes and honours
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -72,9 +71,6 @@ from protocol.frames import (
 
 log = structlog.get_logger(__name__)
 REVOKED_REMEMBERED = 10_000
-# Test seam for crash tests: commit edits and deletes but push nothing, as if
-# the node died between commit and projection (only the outbox row remains).
-SKIP_MUTATION_PUSH_ENV = "SCOPENODE_TEST_SKIP_MUTATION_PUSH"
 
 
 class EventRelay(Protocol):
@@ -178,7 +174,6 @@ class Hub:
         # just before the revocation committed is refused when it registers.
         # Bounded: only revocations of the last while matter for that race.
         self._revoked: dict[int, None] = {}
-        self.skip_mutation_push = os.environ.get(SKIP_MUTATION_PUSH_ENV) == "1"
         self.relay: EventRelay | None = None
         self._holding: list[Holding] | None = None
 
@@ -429,8 +424,6 @@ class Hub:
         A session muted for the scope gets nothing. Wakes go to daemon sessions,
         as for sends; a wake row stays pending until the daemon acknowledges it.
         """
-        if self.skip_mutation_push:
-            return
         message = plan.message
         scope_id = message.scope_id
         if plan.kind == "delete":

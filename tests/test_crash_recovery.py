@@ -53,11 +53,12 @@ class NodeProcess:
 
 @contextlib.asynccontextmanager
 async def serve_subprocess(
-    data_dir: Path, database_url: str, log_path: Path
+    data_dir: Path, database_url: str, log_path: Path, *, module: str = "node"
 ) -> AsyncIterator[NodeProcess]:
-    """``scopenode serve`` on a free port; stopped by pid on exit (SIGTERM, then SIGKILL)."""
+    """``scopenode serve`` on a free port (``module``: a test wrapper of it);
+    stopped by pid on exit (SIGTERM, then SIGKILL)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "node", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [sys.executable, "-m", module, "serve", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--data-dir", str(data_dir), "--database-url", database_url, "--log-level", "warning"]
     with log_path.open("ab") as log:
         proc = await trio.lowlevel.open_process(cmd, stdout=log, stderr=log)

@@ -24,7 +24,6 @@ from actors.planner import ScopeContext, plan_delete, plan_edit
 from actors.policy import can_delete, can_edit
 from actors.visibility import VisibilityContext
 from node.client import Client, ClientError
-from node.hub import SKIP_MUTATION_PUSH_ENV
 from storage.pg import connect
 from tests.nodes import World, make_channel, running_node
 from tests.test_crash_recovery import serve_subprocess
@@ -350,11 +349,11 @@ async def test_delete_leaves_a_tombstone_and_withdraws_pending_wakes(
 
 
 async def test_crash_between_commit_and_projection_replays_it_once(
-    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    database_url: str, tmp_path: Path
 ) -> None:
     data_dir, log_path = tmp_path / "data", tmp_path / "node.log"
-    monkeypatch.setenv(SKIP_MUTATION_PUSH_ENV, "1")
-    async with serve_subprocess(data_dir, database_url, log_path) as node:
+    muted = "tests.mute_mutations_node"
+    async with serve_subprocess(data_dir, database_url, log_path, module=muted) as node:
         world = await World.create(node)  # type: ignore[arg-type]
         ann, bob = await world.member("ann"), await world.member("bob")
         async with world.client(ann) as a, world.client(bob) as b:
@@ -368,7 +367,6 @@ async def test_crash_between_commit_and_projection_replays_it_once(
         os.kill(node.proc.pid, signal.SIGKILL)
         with trio.fail_after(10):
             await node.proc.wait()
-    monkeypatch.delenv(SKIP_MUTATION_PUSH_ENV)
     assert await _projection_status(database_url, sent["messageId"]) == "pending"
 
     async with serve_subprocess(data_dir, database_url, log_path) as node:
