@@ -210,24 +210,20 @@ def _term_condition(
     checked = f"texticlike(d.body, %({name})s)"
     if not indexed:
         return checked
-    pairs = _pair_lookup(t.text)
-    if pairs:
-        # The index of adjacent CJK pairs finds the candidates (migration 9) and
-        # the pattern checks them, as a function call: as an operator the
-        # trigram index would be scanned whole for it.
-        params[f"{name}_pairs"] = pairs
-        return (
-            f"d.body ~ '{CJK_CHARACTER}'"
-            f" AND scopenode_cjk_bigrams(d.body) @> %({name}_pairs)s::text[] AND {checked}"
-        )
-    found = _symbol_lookup(t.text)
-    if found:
-        # The same for emoji and pictographs, through their own index (migration 13).
-        params[f"{name}_symbols"] = found
-        return (
-            f"d.body ~ '{SYMBOL_CHARACTER}'"
-            f" AND scopenode_symbols(d.body) @> %({name}_symbols)s::text[] AND {checked}"
-        )
+    # A term without trigrams is found through the index of its CJK pairs
+    # (migration 9) or of its symbols (migration 13), each partial on its
+    # characters, and the pattern checks the candidates as a function call: as
+    # an operator the trigram index would be scanned whole for it.
+    for suffix, function, characters, keys in (
+        ("pairs", "scopenode_cjk_bigrams", CJK_CHARACTER, _pair_lookup(t.text)),
+        ("symbols", "scopenode_symbols", SYMBOL_CHARACTER, _symbol_lookup(t.text)),
+    ):
+        if keys:
+            params[f"{name}_{suffix}"] = keys
+            return (
+                f"d.body ~ '{characters}'"
+                f" AND {function}(d.body) @> %({name}_{suffix})s::text[] AND {checked}"
+            )
     return f"d.body ILIKE %({name})s"
 
 
