@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar, overload
 
 K = TypeVar("K")
@@ -58,6 +59,15 @@ class Lru(Generic[K, V]):
         entries.move_to_end(key)
         if len(entries) > self.cap:
             entries.popitem(last=False)
+
+    def intern(self, key: K, make: Callable[[], V]) -> V:
+        """The value kept for ``key``, made and kept on a miss: equal values
+        read again share one object."""
+        found = self.get(key)
+        if found is None:
+            found = make()
+            self.put(key, found)
+        return found
 
     def pop(self, key: K) -> V | None:
         return self._entries.pop(key, None)

@@ -78,10 +78,9 @@ _members: Lru[tuple[Any, ...], Member] = Lru("members_interned", MEMBERS_INTERNE
 
 
 def member_from_row(row: tuple[Any, ...]) -> Member:
-    key = tuple(row[:7])
-    found = _members.get(key)
-    if found is None:
-        found = Member(
+    return _members.intern(
+        tuple(row[:7]),
+        lambda: Member(
             id=row[0],
             workspace_id=row[1],
             type=MemberType(row[2]),
@@ -89,9 +88,8 @@ def member_from_row(row: tuple[Any, ...]) -> Member:
             display_name=row[4],
             owner_member_id=row[5],
             is_private=bool(row[6]),
-        )
-        _members.put(key, found)
-    return found
+        ),
+    )
 
 
 async def create_workspace(conn: TrioConnection, name: str) -> str:

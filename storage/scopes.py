@@ -553,11 +553,7 @@ _memberships: Lru[tuple[Any, ...], Membership] = Lru("memberships_interned", MEM
 
 def _membership_from_row(row: tuple[Any, ...]) -> Membership:
     key = tuple(row[:6])
-    found = _memberships.get(key)
-    if found is None:
-        found = Membership(*key)
-        _memberships.put(key, found)
-    return found
+    return _memberships.intern(key, lambda: Membership(*key))
 
 
 async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> ScopeSnapshot:
