@@ -25,7 +25,7 @@ from node.registry import ActorRegistry
 from node.relay import ClusterRelay
 from node.resolver import Resolver
 from node.revocation import watch_revocations
-from node.server import handle_connection
+from node.server import handle_connection, serve_metrics
 from node.services import Services
 from protocol.errors import CloseCode
 from storage import directory, outbox, scopes
@@ -137,6 +137,12 @@ async def serve_node(
         accepting = trio.CancelScope()
         nursery.start_soon(_accept, accepting, services, listeners, nursery)
         services.port = listeners[0].socket.getsockname()[1]
+        if settings.metrics_bind is not None:
+            metrics_host, metrics_port = settings.metrics_bind
+            services.metrics_port = await nursery.start(
+                serve_metrics, services, metrics_host, metrics_port
+            )
+            log.info("metrics_ready", host=metrics_host, port=services.metrics_port)
         await first_run(services, settings.data_dir)
         services.ready = True
         port = services.port

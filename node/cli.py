@@ -88,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=MAX_ATTACHMENT_BYTES,
         help="largest upload accepted (default 25 MiB); larger ones are answered 413",
     )
+    serve.add_argument(
+        "--metrics-bind",
+        type=_bind_address,
+        default=None,
+        metavar="ADDR:PORT",
+        help="a second listener that answers /metrics (only) to whoever reaches it; "
+        "/metrics on --port answers loopback peers and SCOPENODE_METRICS_TOKEN holders only",
+    )
 
     admin = commands.add_parser("admin", help="provision workspaces, members, tokens")
     admin_commands = admin.add_subparsers(dest="admin_command", required=True)
@@ -202,6 +210,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _bind_address(text: str) -> tuple[str, int]:
+    """``ADDR:PORT`` (``[v6]:PORT`` for an IPv6 address) as (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not ADDR:PORT (a port from 1 to 65535)")
+    return host, int(port)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from node.app import serve_node
     from node.memory import limit_allocator_arenas
@@ -212,6 +230,12 @@ def _serve(args: argparse.Namespace) -> int:
         # freshly initialised data dir behind.
         print(f"scopenode: {problem}", file=sys.stderr)
         return USAGE_ERROR
+    if args.metrics_bind is not None:
+        host, port = args.metrics_bind
+        flag = "--metrics-bind"
+        if problem := _listen_problem(host, port, host_flag=flag, port_flag=flag):
+            print(f"scopenode: {problem}", file=sys.stderr)
+            return USAGE_ERROR
     settings = Settings(
         host=args.host,
         port=args.port,
@@ -222,6 +246,7 @@ def _serve(args: argparse.Namespace) -> int:
         moderation_file=args.moderation_file,
         attachments_dir=args.attachments_dir,
         max_attachment_bytes=args.max_attachment_bytes,
+        metrics_bind=args.metrics_bind,
     )
     try:
         load_moderation(settings)
@@ -244,10 +269,13 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _listen_problem(host: str, port: int) -> str | None:
-    """Why the node could not listen on (host, port), tried as trio will bind it."""
+def _listen_problem(
+    host: str, port: int, *, host_flag: str = "--host", port_flag: str = "--port"
+) -> str | None:
+    """Why the node could not listen on (host, port), tried as trio will bind it;
+    the flags named are the ones to change."""
     if not 0 <= port <= 65535:
-        return f"--port: {port} is not a TCP port (0 to 65535)"
+        return f"{port_flag}: {port} is not a TCP port (0 to 65535)"
     if port == 0:
         return None
     try:
@@ -255,7 +283,7 @@ def _listen_problem(host: str, port: int) -> str | None:
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
     except socket.gaierror:
-        return f"--host: cannot resolve {host!r}"
+        return f"{host_flag}: cannot resolve {host!r}"
     for family, type_, proto, _, address in addresses:
         with socket.socket(family, type_, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -265,8 +293,8 @@ def _listen_problem(host: str, port: int) -> str | None:
                 probe.bind(address)
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
-                    return f"port {port} is in use; pass --port"
-                return f"--host: cannot listen on {host} ({exc.strerror})"
+                    return f"port {port} is in use; pass {port_flag}"
+                return f"{host_flag}: cannot listen on {host} ({exc.strerror})"
     return None
 
 

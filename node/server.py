@@ -4,12 +4,13 @@ h11 reads the request head; wsproto answers a ``/v1/ws`` upgrade
 (``initiate_upgrade_connection``) and a :class:`Session` takes the stream with
 the bytes read past the head; ``/v1/attachments`` requests stream through
 :mod:`node.attachments`; everything else is answered by :mod:`node.http` and
-closed.
+closed. The ``--metrics-bind`` listener answers ``/metrics`` alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -21,7 +22,7 @@ from wsproto.events import AcceptConnection, RejectConnection, Request
 from actors.ids import new_id
 from node import attachments
 from node.attachments import is_attachment_path
-from node.http import respond
+from node.http import Reply, respond, respond_metrics_listener, text
 from node.services import Services
 from node.session import Session
 
@@ -59,12 +60,41 @@ async def _handle(services: Services, stream: trio.SocketStream) -> None:
         await _run_session(services, stream, upgrade)
 
 
-async def _accept(services: Services, stream: trio.SocketStream) -> Upgrade | None:
-    """Read the request head; answer plain HTTP, or complete a WebSocket upgrade."""
-    http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-    request = None
+async def serve_metrics(
+    services: Services, host: str, port: int, *, task_status: trio.TaskStatus[int]
+) -> None:
+    """The ``--metrics-bind`` listener; reports the port it listens on."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    try:
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.serve_listeners(partial(handle_metrics_connection, services), listeners)
+    finally:
+        for listener in listeners:
+            with trio.CancelScope(shield=True):
+                await listener.aclose()
+
+
+async def handle_metrics_connection(services: Services, stream: trio.SocketStream) -> None:
+    """Serve one connection of the ``--metrics-bind`` listener: ``/metrics`` only."""
+    try:
+        http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        request = await _read_head(stream, http)
+        if request is not None:
+            reply = respond_metrics_listener(services, request)
+            await _plain(stream, reply, head_only=request.method == b"HEAD")
+    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+        pass
+    except Exception as exc:
+        log.exception("metrics_connection_failed", error=repr(exc))
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            await stream.aclose()
+
+
+async def _read_head(stream: trio.SocketStream, http: h11.Connection) -> h11.Request | None:
+    """The request head, or None (closed, garbled or too slow: nothing to answer)."""
     with trio.move_on_after(HEAD_TIMEOUT):
-        while request is None:
+        while True:
             event = http.next_event()
             if event is h11.NEED_DATA:
                 data = await stream.receive_some(65536)
@@ -72,16 +102,34 @@ async def _accept(services: Services, stream: trio.SocketStream) -> Upgrade | No
                 if not data:
                     return None
             elif isinstance(event, h11.Request):
-                request = event
+                return event
             else:
                 return None
+    return None
+
+
+def peer_address(stream: trio.SocketStream) -> str | None:
+    """The IP address of the other end of a TCP connection, or None when it has none."""
+    try:
+        address = stream.socket.getpeername()
+    except OSError:
+        return None
+    if isinstance(address, tuple) and address and isinstance(address[0], str):
+        return address[0]
+    return None
+
+
+async def _accept(services: Services, stream: trio.SocketStream) -> Upgrade | None:
+    """Read the request head; answer plain HTTP, or complete a WebSocket upgrade."""
+    http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+    request = await _read_head(stream, http)
     if request is None:
         return None
     headers = {k.lower(): v for k, v in request.headers}
     target = urlsplit(request.target.decode("latin-1"))
     if target.path == "/v1/ws" and b"websocket" in headers.get(b"upgrade", b"").lower():
         if services.draining or not services.ready:
-            await _plain(stream, 503, "text/plain", b"draining\n")
+            await _plain(stream, text(503, b"draining\n"))
             return None
         http.next_event()  # PAUSED: the rest of the bytes belong to WebSocket
         if not await _handshake(stream, request):
@@ -93,26 +141,29 @@ async def _accept(services: Services, stream: trio.SocketStream) -> Upgrade | No
         # Streams its body both ways, so it gets the connection itself.
         await attachments.handle(services, stream, http, request)
         return None
-    status, content_type, body = await respond(services, request)
-    await _plain(stream, status, content_type, body, head_only=request.method == b"HEAD")
+    reply = await respond(services, request, peer_address(stream))
+    await _plain(stream, reply, head_only=request.method == b"HEAD")
     return None
 
 
-async def _plain(
-    stream: trio.SocketStream,
-    status: int,
-    content_type: str,
-    body: bytes,
-    *,
-    head_only: bool = False,
-) -> None:
-    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Service Unavailable",
+}
+
+
+async def _plain(stream: trio.SocketStream, reply: Reply, *, head_only: bool = False) -> None:
+    extra = "".join(f"{name}: {value}\r\n" for name, value in reply.headers())
     head = (
-        f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\n"
-        f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-        "Connection: close\r\nCache-Control: no-store\r\n\r\n"
+        f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Error')}\r\n"
+        f"Content-Type: {reply.content_type}\r\nContent-Length: {len(reply.body)}\r\n"
+        f"{extra}Connection: close\r\nCache-Control: no-store\r\n\r\n"
     ).encode()
-    await stream.send_all(head if head_only else head + body)
+    await stream.send_all(head if head_only else head + reply.body)
 
 
 async def _handshake(stream: trio.SocketStream, request: h11.Request) -> bool:

@@ -27,6 +27,7 @@ class Services:
     draining: bool = False
     ready: bool = False
     port: int = 0
+    metrics_port: int | None = None  # the --metrics-bind listener's, when there is one
     sessions: set[Any] = field(default_factory=set)
     worker: Any = None
     # Swapped whole on SIGHUP (node/app.py); sends read it without a lock.
