@@ -74,6 +74,9 @@ defaults
 
 frontend scopenode
     bind {bind}
+    # The nodes see the proxy's loopback address: a scraper reads each node's
+    # /metrics on its own port (or --metrics-bind), never through the front door.
+    http-request deny deny_status 403 if {{ path /metrics }}
     use_backend by_workspace if {{ url_param(workspace) -m found }}
     default_backend by_source
 
