@@ -7,12 +7,15 @@ Hostile input raises :class:`FrameError` only.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from msgspec import inspect
 
 from protocol.errors import ErrorCode, FrameError
 from protocol.frames import CLIENT_FRAME_TYPES, ClientFrame, ErrorFrame
+from protocol.text import TextKind, problem_finder
 
 _decoder: msgspec.json.Decoder[ClientFrame] = msgspec.json.Decoder(ClientFrame)
 _encoder = msgspec.json.Encoder()
@@ -33,11 +36,12 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
 
     Not JSON, not an object, nested deeper than msgspec decodes, or no known
     ``type`` → ``bad_frame`` (id null);
-    a known frame with a missing or ill-typed field → ``validation_failed``
+    a known frame with a missing or ill-typed field, or a string that
+    breaks :mod:`protocol.text`'s rule for its kind → ``validation_failed``
     carrying the request id when one could be read and the field's path.
     """
     try:
-        return _decoder.decode(data)
+        frame = _decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise _diagnose(data, str(exc)) from None
     except msgspec.DecodeError:
@@ -45,6 +49,8 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
     except RecursionError:
         # msgspec refuses nesting deeper than its limit (even in ignored fields).
         raise _diagnose(data, "frame nests too deeply") from None
+    _check_text(frame)
+    return frame
 
 
 def _diagnose(data: bytes | str, message: str) -> FrameError:
@@ -87,3 +93,160 @@ def encode_error(
             details=details or {},
         )
     )
+
+
+# ---------------------------------------------------------------- the text rule
+
+# Checks one decoded value: None, or (the path below it, the problem).
+_Check = Callable[[Any], tuple[str, str] | None]
+
+
+def _check_text(frame: Any) -> None:
+    """Every string of a decoded frame against its kind (``TextKind.KEY``
+    unless its field's ``Meta(extra={"text": …})`` says otherwise)."""
+    request_id = getattr(frame, "id", None)
+    refused = None
+    if isinstance(request_id, str) and (problem := _key_problem(request_id)) is not None:
+        # An id that breaks the rule is not echoed.
+        refused, request_id = (".id", problem), None
+    else:
+        refused = _FRAME_CHECKS[type(frame)](frame)
+    if refused is not None:
+        path = "$" + refused[0]
+        raise FrameError(
+            ErrorCode.VALIDATION_FAILED,
+            f"{refused[1]} - at `{path}`",
+            request_id=request_id,
+            path=path,
+        )
+
+
+_key_problem = problem_finder(TextKind.KEY)
+
+
+def _checker(info: inspect.Type, kind: TextKind = TextKind.KEY) -> _Check | None:
+    """How to check the strings of a value of type ``info``; None when it holds none."""
+    if isinstance(info, inspect.Metadata):
+        text = (info.extra or {}).get("text")
+        return _checker(info.type, TextKind(text) if text else kind)
+    if isinstance(info, inspect.StrType):
+        return _string_checker(kind)
+    if isinstance(info, inspect.ListType):
+        return _list_checker(info)
+    if isinstance(info, inspect.DictType):
+        return _dict_checker(info)
+    if isinstance(info, inspect.UnionType):
+        return _union_checker(info)
+    if isinstance(info, inspect.StructType):
+        return _struct_checker(info)
+    return None
+
+
+def _string_checker(kind: TextKind) -> _Check:
+    find = problem_finder(kind)
+
+    def check(value: str) -> tuple[str, str] | None:
+        problem = find(value)
+        return None if problem is None else ("", problem)
+
+    return check
+
+
+def _list_checker(info: inspect.ListType) -> _Check | None:
+    item = _checker(info.item_type)
+    if item is None:
+        return None
+
+    def check(value: list[Any]) -> tuple[str, str] | None:
+        for i, element in enumerate(value):
+            if (refused := item(element)) is not None:
+                return f"[{i}]{refused[0]}", refused[1]
+        return None
+
+    return check
+
+
+def _dict_checker(info: inspect.DictType) -> _Check | None:
+    key = _checker(info.key_type)
+    item = _checker(info.value_type)
+    if key is None and item is None:
+        return None
+
+    def check(value: dict[Any, Any]) -> tuple[str, str] | None:
+        for name, element in value.items():
+            # A bad key is reported at the object: it cannot name itself safely.
+            if key is not None and (refused := key(name)) is not None:
+                return "", refused[1]
+            if item is not None and (refused := item(element)) is not None:
+                return f".{name}{refused[0]}", refused[1]
+        return None
+
+    return check
+
+
+def _union_checker(info: inspect.UnionType) -> _Check | None:
+    arms: list[tuple[type, _Check]] = []
+    for arm in info.types:
+        check = _checker(arm)
+        if check is not None:
+            arms.append((_python_type(arm), check))
+    if not arms:
+        return None
+
+    def check_union(value: Any) -> tuple[str, str] | None:
+        for python_type, check in arms:
+            if isinstance(value, python_type):
+                return check(value)
+        return None
+
+    return check_union
+
+
+def _python_type(info: inspect.Type) -> type:
+    while isinstance(info, inspect.Metadata):
+        info = info.type
+    if isinstance(info, inspect.StructType):
+        return info.cls
+    return {
+        inspect.StrType: str,
+        inspect.ListType: list,
+        inspect.DictType: dict,
+    }[type(info)]
+
+
+def _struct_checker(info: inspect.StructType, skip: frozenset[str] = frozenset()) -> _Check | None:
+    fields = [
+        (field.name, "." + field.encode_name, check)
+        for field in info.fields
+        if field.name not in skip and (check := _checker(field.type)) is not None
+    ]
+    if not fields:
+        return None
+
+    def check_struct(value: Any) -> tuple[str, str] | None:
+        for name, wire_name, check in fields:
+            element = getattr(value, name)
+            if element is not None and (refused := check(element)) is not None:
+                return wire_name + refused[0], refused[1]
+        return None
+
+    return check_struct
+
+
+def _frame_checks() -> dict[type, _Check]:
+    checks: dict[type, _Check] = {}
+    union = inspect.type_info(ClientFrame)
+    assert isinstance(union, inspect.UnionType)
+    for arm in union.types:
+        assert isinstance(arm, inspect.StructType)
+        # The request id is checked first, with its own rule about echoing it.
+        check = _struct_checker(arm, skip=frozenset({"id"}))
+        checks[arm.cls] = check or _nothing_to_check
+    return checks
+
+
+def _nothing_to_check(value: Any) -> None:
+    return None
+
+
+_FRAME_CHECKS = _frame_checks()

@@ -15,11 +15,19 @@ import msgspec
 from msgspec import Meta, Struct
 
 RequestId = int | str
-NonNegative = Annotated[int, Meta(ge=0)]
+# A bigint column holds every seq and count: a larger one is refused at the door.
+NonNegative = Annotated[int, Meta(ge=0, le=2**63 - 1)]
 ShortText = Annotated[str, Meta(min_length=1, max_length=256)]
 ClientMessageId = Annotated[str, Meta(min_length=1, max_length=200)]
 Identifier = Annotated[str, Meta(min_length=1, max_length=128)]
 PageLimit = Annotated[int, Meta(ge=1, le=200)]
+
+# protocol/text.py's kind of a string field, read by protocol/codec.py when it
+# decodes a frame; a string without one is an identifier (``TextKind.KEY``).
+CONTENT: dict[str, Any] = {"text": "content"}
+NAME: dict[str, Any] = {"text": "name"}
+EMOJI: dict[str, Any] = {"text": "emoji"}
+TERM: dict[str, Any] = {"text": "term"}
 
 CAPABILITY_FRESHNESS = "freshness"
 CAPABILITY_ACK = "ack"
@@ -37,8 +45,8 @@ class _Frame(Struct, tag_field="type", rename="camel", kw_only=True):
 
 class ClientInfo(Struct, rename="camel", kw_only=True):
     kind: Literal["browser", "daemon"]
-    name: Annotated[str, Meta(max_length=128)] = ""
-    version: Annotated[str, Meta(max_length=64)] = ""
+    name: Annotated[str, Meta(max_length=128, extra=NAME)] = ""
+    version: Annotated[str, Meta(max_length=64, extra=NAME)] = ""
 
 
 class Hello(_Frame, tag="hello"):
@@ -81,7 +89,7 @@ class ForwardIn(Struct, rename="camel", kw_only=True):
 class Send(_Frame, tag="send"):
     id: RequestId
     target: ShortText
-    content: str
+    content: Annotated[str, Meta(extra=CONTENT)]
     client_message_id: ClientMessageId
     attachment_ids: Annotated[list[Identifier], Meta(max_length=32)] = []
     message_type: Annotated[str, Meta(min_length=1, max_length=64)] = "text"
@@ -110,7 +118,7 @@ class Search(_Frame, tag="search"):
     query, filters and sort."""
 
     id: RequestId
-    query: Annotated[str, Meta(min_length=1, max_length=256)]
+    query: Annotated[str, Meta(min_length=1, max_length=256, extra=TERM)]
     scope_id: Identifier | None = None
     author_id: Identifier | None = None
     sort: Literal["recent", "relevance"] = "recent"
@@ -127,7 +135,7 @@ class MarkRead(_Frame, tag="markRead"):
 class React(_Frame, tag="react"):
     id: RequestId
     message_id: Identifier
-    emoji: Annotated[str, Meta(min_length=1, max_length=64)]
+    emoji: Annotated[str, Meta(min_length=1, max_length=64, extra=EMOJI)]
     op: Literal["add", "remove"] = "add"
 
 
@@ -136,7 +144,7 @@ class Edit(_Frame, tag="edit"):
 
     id: RequestId
     message_id: Identifier
-    content: str
+    content: Annotated[str, Meta(extra=CONTENT)]
     # The revision the client edited: a newer stored one answers ``conflict``.
     revision: NonNegative | None = None
 
@@ -165,9 +173,9 @@ class Members(_Frame, tag="members"):
 class CreateChannel(_Frame, tag="createChannel"):
     id: RequestId
     slug: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,79}$")]
-    name: Annotated[str, Meta(min_length=1, max_length=200)]
+    name: Annotated[str, Meta(min_length=1, max_length=200, extra=NAME)]
     visibility: Visibility = "public"
-    description: Annotated[str, Meta(max_length=4000)] = ""
+    description: Annotated[str, Meta(max_length=4000, extra=CONTENT)] = ""
 
 
 class Join(_Frame, tag="join"):
@@ -205,7 +213,8 @@ class Grant(_Frame, tag="grant"):
     id: RequestId
     scope_id: Identifier
     grantee_member_id: Identifier
-    expires_at: datetime | None = None
+    # RFC 3339 with an offset, later than now.
+    expires_at: Annotated[datetime, Meta(tz=True)] | None = None
 
 
 class RevokeGrant(_Frame, tag="revokeGrant"):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import enum
 import re
 import unicodedata
+from collections.abc import Callable
 
 from protocol.errors import ErrorCode, OperationError
 
@@ -77,19 +78,12 @@ _LABELS = {TextKind.NAME: "a name", TextKind.EMOJI: "an emoji", TextKind.KEY: "a
 
 def text_problem(value: str, kind: TextKind) -> str | None:
     """Why ``value`` is not acceptable as ``kind``, or None."""
-    limit = MAX_LENGTH[kind]
-    if len(value) > limit:
-        return f"at most {limit} characters"
-    if kind is TextKind.CONTENT or kind is TextKind.TERM:
-        bad = _CONTROL.search(value)
-        return None if bad is None else f"{_describe(bad.group())} is not allowed in text"
-    if value.isprintable() and _IGNORABLE.search(value) is None:
-        if kind is TextKind.EMOJI and " " in value:
-            return "an emoji has no whitespace"
-        if kind is TextKind.NAME and value and value.isspace():
-            return "a name needs a visible character"
-        return None
-    return _label_problem(value, kind)
+    return _FINDERS[kind](value)
+
+
+def problem_finder(kind: TextKind) -> Callable[[str], str | None]:
+    """:func:`text_problem` for one kind, for a caller that checks many strings."""
+    return _FINDERS[kind]
 
 
 def check_text(value: str, kind: TextKind, path: str) -> str:
@@ -98,6 +92,39 @@ def check_text(value: str, kind: TextKind, path: str) -> str:
     if problem is not None:
         raise OperationError(ErrorCode.VALIDATION_FAILED, f"{path}: {problem}", path=path)
     return value
+
+
+def _text_finder(kind: TextKind) -> Callable[[str], str | None]:
+    limit = MAX_LENGTH[kind]
+    control = _CONTROL.search
+
+    def find(value: str) -> str | None:
+        if len(value) > limit:
+            return f"at most {limit} characters"
+        bad = control(value)
+        return None if bad is None else f"{_describe(bad.group())} is not allowed in text"
+
+    return find
+
+
+def _label_finder(kind: TextKind) -> Callable[[str], str | None]:
+    limit = MAX_LENGTH[kind]
+    ignorable = _IGNORABLE.search
+    emoji = kind is TextKind.EMOJI
+    name = kind is TextKind.NAME
+
+    def find(value: str) -> str | None:
+        if len(value) > limit:
+            return f"at most {limit} characters"
+        if value.isprintable() and ignorable(value) is None:
+            if emoji and " " in value:
+                return "an emoji has no whitespace"
+            if name and value.isspace():
+                return "a name needs a visible character"
+            return None
+        return _label_problem(value, kind)
+
+    return find
 
 
 def _label_problem(value: str, kind: TextKind) -> str | None:
@@ -162,3 +189,12 @@ def _describe(char: str) -> str:
         return f"U+{code:04X} (a direction control)"
     name = unicodedata.name(char, "")
     return f"U+{code:04X} ({name.lower()})" if name else f"U+{code:04X} (a control character)"
+
+
+_FINDERS: dict[TextKind, Callable[[str], str | None]] = {
+    TextKind.CONTENT: _text_finder(TextKind.CONTENT),
+    TextKind.TERM: _text_finder(TextKind.TERM),
+    TextKind.NAME: _label_finder(TextKind.NAME),
+    TextKind.EMOJI: _label_finder(TextKind.EMOJI),
+    TextKind.KEY: _label_finder(TextKind.KEY),
+}
