@@ -77,6 +77,48 @@ Targets name a scope: `#slug` (a channel), `#slug:<rootMessageId>` (the reply
 thread of a channel message, created on first use), `dm:<memberId>` (the DM
 with that member, created on first use) and `scope:<scopeId>`. Requests that
 take a `scopeId` want the id (`scp_…`), which every reply and event carries.
+A seq is at most 2⁶³−1.
+
+## Text
+
+Every string a client sends is checked when its frame is decoded (an upload's
+file name when its request arrives), by one rule that depends on what the
+string is for; a string that breaks it is `validation_failed` with
+`details.path` naming the field, before anything is stored, pushed or looked
+up. The field tables say each string's kind: *content*, *search*, *name* or
+*emoji*; every other string is an *identifier*. A frame that is not valid UTF-8,
+or has an unpaired surrogate escape, is not decoded at all.
+
+- **Every kind** refuses U+0000 and the C0 and C1 controls other than tab,
+  line feed and carriage return (U+0001–U+0008, U+000B, U+000C,
+  U+000E–U+001F, U+007F–U+009F).
+- **content** (`send.content`, `edit.content`, `createChannel.description`)
+  and **search** (`search.query`) allow everything else, as written: tabs and
+  line breaks, and the format characters that writing needs (right-to-left
+  marks, embeddings and isolates, the zero-width joiner and non-joiner). What
+  is stored is what was sent, and the `message` event, `deliver`, `history`,
+  `search` and resume carry the same text byte for byte. Content may hold a
+  direction override (U+202D, U+202E), so a client should show each message in
+  its own bidirectional isolate (`dir="auto"`, `<bdi>`) that ends its reach.
+- **name** (`createChannel.name`, `client.name`, `client.version`, an upload's
+  file name) is shown as a label, where an invisible or direction-changing
+  character passes one name off as another. It refuses every control (tab and
+  line feed too), every format character: the direction marks, embeddings,
+  overrides and isolates U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069,
+  the zero-width U+200B–U+200D, U+2060–U+2064, U+FEFF, the soft hyphen U+00AD
+  and the tags U+E0000–U+E007F; the separators U+2028 and U+2029; and the
+  other invisible (default-ignorable) code points such as U+034F, U+115F,
+  U+1160, U+3164 and U+FFA0. It keeps the invisible parts emoji are made of:
+  a variation selector (U+FE00–U+FE0F) after a visible character, a zero-width
+  joiner between two emoji (`👩‍💻`, `🏳️‍🌈`), and the tag sequence of a
+  subdivision flag (U+1F3F4, tags U+E0020–U+E007E, U+E007F). A name needs a
+  visible character; at most 256 code points.
+- **emoji** (`react.emoji`) is a name without any whitespace; `react` then
+  asks for one emoji or a `:short_name:` (below).
+- **identifier** (ids, targets, `clientMessageId`, `messageType`, `token`,
+  `cursor`, `capabilities`, the keys of `resume`, a string request `id`) is a
+  name that needs no visible character; at most 1024 code points. A request
+  whose string `id` breaks the rule is answered with `id: null`.
 """
 
 # Per request: what the reply's ``result`` holds.
@@ -125,7 +167,7 @@ RESULTS: dict[str, str] = {
     ),
     "react": (
         "`{changed}`. Add (or `op: remove`) the caller's reaction on a message it can"
-        " read: one emoji (at most 16 code points, no whitespace or controls) or"
+        " read: one emoji (at most 16 code points, not plain ASCII; see Text) or"
         " `:short_name:` (at most 32 characters, `[a-z0-9_+-]`); anything else, or a"
         " 21st distinct emoji on the message, is `validation_failed`. Adding what is"
         " there, or removing what is not, answers `changed: false` and tells no one."
@@ -166,7 +208,10 @@ RESULTS: dict[str, str] = {
     "invite": "`{}`; a private agent is invited with `visibility: private` by its owner.",
     "remove": "`{}` whether or not the member was in the channel.",
     "setNotification": "`{state}`; `auto-wake` and `no-wake` are for agents.",
-    "grant": "`{grantId}`: the grantee's messages become readable to the caller's private agents.",
+    "grant": (
+        "`{grantId}`: the grantee's messages become readable to the caller's private agents."
+        " `expiresAt` must be later than now (else `validation_failed` at `$.expiresAt`)."
+    ),
     "revokeGrant": "`{}`; only the grant's owner may revoke it (anyone else: `not_found`).",
     "channels": (
         "`{channels: [ChannelEntry]}` by slug: every public channel of the workspace"
@@ -285,14 +330,28 @@ claimed upload, `url` being the path of its download.
 """
 
 
+# What a field's ``Meta(extra={"text": …})`` (protocol/text.py) is called on the page.
+TEXT_KINDS = {"content": "content", "term": "search", "name": "name", "emoji": "emoji"}
+INT64_MAX = 2**63 - 1
+
+
 def type_name(t: inspect.Type) -> str:
     """A msgspec type as the page writes it."""
     match t:
+        case inspect.Metadata():
+            inner = type_name(t.type)
+            kind = TEXT_KINDS.get((t.extra or {}).get("text", ""))
+            if kind is None:
+                return inner
+            if inner.endswith(")"):
+                return f"{inner[:-1]}, {kind})"
+            return f"{inner} ({kind})"
         case inspect.StrType():
             bounds = _bounds(t.min_length, t.max_length, "length")
             return "string" + (f" ({bounds})" if bounds else "")
         case inspect.IntType():
-            bounds = _bounds(t.ge, t.le, "")
+            # Every int is at most 2⁶³−1 (the page says so once).
+            bounds = _bounds(t.ge, None if t.le == INT64_MAX else t.le, "")
             return "int" + (f" ({bounds})" if bounds else "")
         case inspect.BoolType():
             return "bool"
@@ -301,7 +360,7 @@ def type_name(t: inspect.Type) -> str:
         case inspect.AnyType():
             return "any"
         case inspect.DateTimeType():
-            return "RFC 3339 time"
+            return "RFC 3339 time" + (" with offset" if t.tz else "")
         case inspect.LiteralType():
             return " \\| ".join(f"`{v!r}`".replace("'", '"') for v in t.values)
         case inspect.ListType():
