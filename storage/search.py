@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from actors.lru import Lru
 from actors.search_query import ParsedQuery, Term, TermKind
+from protocol.text import TextKind, text_problem
 from storage.errors import map_errors
 from storage.messages import MESSAGE_COLUMNS, ReadableMessage, message_from_row
 from storage.pg import Prepared, TrioConnection
@@ -775,6 +776,9 @@ def encode_cursor(fingerprint: str, sort: Sort, last: Hit) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+REAL_MAX = 3.4028234663852886e38  # the largest finite float4
+
+
 def decode_cursor(cursor: str, fingerprint: str, sort: Sort) -> tuple[Any, ...]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
@@ -785,12 +789,26 @@ def decode_cursor(cursor: str, fingerprint: str, sort: Sort) -> tuple[Any, ...]:
         at = datetime.fromisoformat(str(key[-2]))
         if at.tzinfo is None or not isinstance(key[-1], str):
             raise BadCursor("not a cursor")
+        if text_problem(key[-1], TextKind.KEY) is not None:
+            raise BadCursor("not a cursor")
         if sort == "relevance":
-            return (float(key[0]), at, key[-1])
+            rank = float(key[0])
+            # The statement compares it as a ``real``: a rank it cannot hold was not issued.
+            if not abs(rank) <= REAL_MAX:
+                raise BadCursor("not a cursor")
+            return (rank, at, key[-1])
         return (at, key[-1])
     except BadCursor:
         raise
-    except (binascii.Error, ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError):
+    except (
+        binascii.Error,
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        UnicodeDecodeError,
+        OverflowError,
+    ):
         raise BadCursor("not a cursor") from None
 
 

@@ -9,6 +9,7 @@ instead of spending a round trip on the miss.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from actors.model import MemberType
@@ -16,10 +17,15 @@ from node.ops.context import Context, member_of
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import Grant, RevokeGrant
 from storage import directory, grants, scopes
+from storage.errors import ConstraintViolation
+
+CHECK_VIOLATION = "23514"
 
 
 async def grant(ctx: Context, request: Grant) -> dict[str, Any]:
     member = member_of(ctx)
+    if request.expires_at is not None and request.expires_at <= datetime.now(UTC):
+        raise _expired()
     await ctx.services.resolver.scope(member, request.scope_id)
     async with ctx.services.pool.connection() as conn:
         grantee = await directory.get_member(conn, request.grantee_member_id)
@@ -30,14 +36,21 @@ async def grant(ctx: Context, request: Grant) -> dict[str, Any]:
             raise OperationError(ErrorCode.FORBIDDEN, "only a human member can grant")
         if grantee.id == member.id:
             raise OperationError(ErrorCode.VALIDATION_FAILED, "cannot grant to yourself")
-        grant_id = await grants.create(
-            conn,
-            workspace_id=member.workspace_id,
-            scope_id=request.scope_id,
-            owner_id=member.id,
-            grantee_id=grantee.id,
-            expires_at=request.expires_at,
-        )
+        try:
+            grant_id = await grants.create(
+                conn,
+                workspace_id=member.workspace_id,
+                scope_id=request.scope_id,
+                owner_id=member.id,
+                grantee_id=grantee.id,
+                expires_at=request.expires_at,
+            )
+        except ConstraintViolation as exc:
+            # The grant's one check: it expires after the database's clock
+            # stamps it, which may run a moment past the check above.
+            if exc.sqlstate == CHECK_VIOLATION:
+                raise _expired() from None
+            raise
     _mark_stale(ctx, request.scope_id)
     return {"grantId": grant_id}
 
@@ -50,6 +63,12 @@ async def revoke_grant(ctx: Context, request: RevokeGrant) -> dict[str, Any]:
         raise OperationError(ErrorCode.NOT_FOUND, "no such grant", path="$.grantId")
     _mark_stale(ctx, scope_id)
     return {}
+
+
+def _expired() -> OperationError:
+    return OperationError(
+        ErrorCode.VALIDATION_FAILED, "expiresAt must be later than now", path="$.expiresAt"
+    )
 
 
 def _mark_stale(ctx: Context, scope_id: str) -> None:
