@@ -396,3 +396,109 @@ async def test_browse_join_dm_thread_markdown_and_inert_html(
 
             await browser.run(rendering)
             assert created["scopeId"]
+
+
+# Installed before any page script (Playwright's init scripts are not subject to
+# the page's CSP): every violation the page reports, as "directive blocked-uri".
+CSP_WATCH = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.__cspViolations.push(`${event.violatedDirective} ${event.blockedURI}`);
+}, true);
+"""
+
+
+def watched_page(browser: Browser, base: str, console: list[str]) -> Page:
+    """A fresh page that records CSP violation events and console messages,
+    opened on the login screen; checks that the page came with its policy."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(STEP_MS)
+    context.add_init_script(CSP_WATCH)
+    page = context.new_page()
+    page.on("dialog", _refuse_dialog)
+    page.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
+    response = page.goto(base + "/")
+    assert response is not None
+    policy = response.headers["content-security-policy"]
+    assert "default-src 'self'" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert response.headers["x-frame-options"] == "DENY"
+    return page
+
+
+async def test_the_client_works_under_its_content_security_policy(
+    database_url: str, tmp_path: Path
+) -> None:
+    from playwright.sync_api import FilePayload, expect
+
+    from tests.test_browser_lifecycle import png
+
+    image: FilePayload = {
+        "name": "dot.png",
+        "mimeType": "image/png",
+        "buffer": png(8, 8, (0, 0, 0)),
+    }
+    console: list[str] = []
+    with trio.fail_after(90):
+        async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
+            base = node.http
+            workspace = await new_workspace(node, "acme")
+            ann = await new_person(node, workspace, "ann")
+            bob = await new_person(node, workspace, "bob")
+
+            def chat(browser: Browser) -> list[Page]:
+                pages = [watched_page(browser, base, console) for _ in (ann, bob)]
+                for page, person in zip(pages, (ann, bob), strict=True):
+                    page.get_by_label("Token").fill(person.token)
+                    page.get_by_role("button", name="Sign in").click()
+                    expect(page.get_by_role("status").first).to_have_text("Connected")
+                    expect(page.get_by_role("textbox", name="Message")).to_be_enabled()
+                ann_page, bob_page = pages
+                send(ann_page, "hello under a strict policy")
+                expect(
+                    messages(bob_page).filter(has_text="hello under a strict policy")
+                ).to_have_count(1)
+                # An attachment preview is a blob: image (img-src blob:).
+                with ann_page.expect_file_chooser() as chooser:
+                    ann_page.get_by_role("button", name="Attach files").click()
+                chooser.value.set_files(files=[image])
+                expect(ann_page.get_by_text("ready")).to_be_visible()
+                send(ann_page, "with a picture")
+                posted = messages(bob_page).filter(has_text="with a picture")
+                preview = posted.get_by_role("img", name="dot.png")
+                expect(preview).to_have_attribute("src", re.compile("^blob:"))
+                bob_page.wait_for_function(
+                    "img => img.complete && img.naturalWidth === 8", arg=preview.element_handle()
+                )
+                return pages
+
+            pages = await browser.run(chat)
+
+            def violations(_: Browser) -> list[list[str]]:
+                return [page.evaluate("window.__cspViolations") for page in pages]
+
+            assert await browser.run(violations) == [[], []]
+            assert [line for line in console if "Content Security Policy" in line] == []
+
+            # The watch itself works: an inline script is refused and reported.
+            def inline_script(_: Browser) -> list[str]:
+                page = pages[0]
+                with page.expect_console_message(
+                    lambda message: "Content Security Policy" in message.text
+                ):
+                    page.evaluate(
+                        """() => {
+                            const script = document.createElement("script");
+                            script.textContent = "window.__inlineRan = true";
+                            document.head.append(script);
+                        }"""
+                    )
+                page.wait_for_function("window.__cspViolations.length > 0")
+                assert page.evaluate("window.__inlineRan") is None
+                found: list[str] = page.evaluate("window.__cspViolations")
+                return found
+
+            found = await browser.run(inline_script)
+            assert [entry.split()[0] for entry in found] == ["script-src-elem"]
+            assert any("Content Security Policy" in line for line in console)
+            assert DIALOGS == []
