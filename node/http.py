@@ -19,6 +19,7 @@ import h11
 import structlog
 
 from node.services import Services
+from protocol.text import TextKind, text_problem
 from storage import directory, health
 from storage.errors import StorageError
 
@@ -226,8 +227,9 @@ def _bearer(request: h11.Request) -> str | None:
     for name, value in request.headers:
         if name.lower() == b"authorization":
             scheme, _, token = value.decode("latin-1").strip().partition(" ")
+            # A token that breaks the text rule was never issued: unauthorized.
             if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
+                return token.strip() if text_problem(token.strip(), TextKind.KEY) is None else None
     return None
 
 
