@@ -107,8 +107,9 @@ def _check_text(frame: Any) -> None:
     request_id = getattr(frame, "id", None)
     refused = None
     if isinstance(request_id, str) and (problem := _key_problem(request_id)) is not None:
-        # An id that breaks the rule is not echoed.
-        refused, request_id = (".id", problem), None
+        # Still echoed: every request is answered with its own id, and an
+        # id is only ever encoded back, never stored or shown.
+        refused = (".id", problem)
     else:
         refused = _FRAME_CHECKS[type(frame)](frame)
     if refused is not None:
@@ -239,7 +240,7 @@ def _frame_checks() -> dict[type, _Check]:
     assert isinstance(union, inspect.UnionType)
     for arm in union.types:
         assert isinstance(arm, inspect.StructType)
-        # The request id is checked first, with its own rule about echoing it.
+        # The request id is checked first (_check_text).
         check = _struct_checker(arm, skip=frozenset({"id"}))
         checks[arm.cls] = check or _nothing_to_check
     return checks

@@ -118,7 +118,7 @@ or has an unpaired surrogate escape, is not decoded at all.
 - **identifier** (ids, targets, `clientMessageId`, `messageType`, `token`,
   `cursor`, `capabilities`, the keys of `resume`, a string request `id`) is a
   name that needs no visible character; at most 1024 code points. A request
-  whose string `id` breaks the rule is answered with `id: null`.
+  whose string `id` breaks the rule is still answered with that `id`.
 """
 
 # Per request: what the reply's ``result`` holds.
