@@ -14,7 +14,7 @@ import msgspec
 from msgspec import inspect
 
 from protocol.errors import ErrorCode, FrameError
-from protocol.frames import CLIENT_FRAME_TYPES, ClientFrame, ErrorFrame
+from protocol.frames import CLIENT_FRAME_TYPES, ClientFrame, ErrorFrame, Pong
 from protocol.text import TextKind, problem_finder
 
 _decoder: msgspec.json.Decoder[ClientFrame] = msgspec.json.Decoder(ClientFrame)
@@ -103,26 +103,18 @@ _Check = Callable[[Any], tuple[str, str] | None]
 
 def _check_text(frame: Any) -> None:
     """Every string of a decoded frame against its kind (``TextKind.KEY``
-    unless its field's ``Meta(extra={"text": …})`` says otherwise)."""
-    request_id = getattr(frame, "id", None)
-    refused = None
-    if isinstance(request_id, str) and (problem := _key_problem(request_id)) is not None:
-        # Still echoed: every request is answered with its own id, and an
-        # id is only ever encoded back, never stored or shown.
-        refused = (".id", problem)
-    else:
-        refused = _FRAME_CHECKS[type(frame)](frame)
+    unless its field's ``Meta(extra={"text": …})`` says otherwise). A string
+    request id that breaks the rule is still echoed: every request is answered
+    with its own id, and an id is only ever encoded back."""
+    refused = _FRAME_CHECKS[type(frame)](frame)
     if refused is not None:
         path = "$" + refused[0]
         raise FrameError(
             ErrorCode.VALIDATION_FAILED,
             f"{refused[1]} - at `{path}`",
-            request_id=request_id,
+            request_id=getattr(frame, "id", None),
             path=path,
         )
-
-
-_key_problem = problem_finder(TextKind.KEY)
 
 
 def _checker(info: inspect.Type, kind: TextKind = TextKind.KEY) -> _Check | None:
@@ -240,9 +232,9 @@ def _frame_checks() -> dict[type, _Check]:
     assert isinstance(union, inspect.UnionType)
     for arm in union.types:
         assert isinstance(arm, inspect.StructType)
-        # The request id is checked first (_check_text).
-        check = _struct_checker(arm, skip=frozenset({"id"}))
-        checks[arm.cls] = check or _nothing_to_check
+        checks[arm.cls] = _struct_checker(arm) or _nothing_to_check
+    # A client's pong is dropped unread: nothing in it is used or answered.
+    checks[Pong] = _nothing_to_check
     return checks
 
 
