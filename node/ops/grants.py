@@ -9,7 +9,6 @@ instead of spending a round trip on the miss.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from actors.model import MemberType
@@ -24,8 +23,6 @@ CHECK_VIOLATION = "23514"
 
 async def grant(ctx: Context, request: Grant) -> dict[str, Any]:
     member = member_of(ctx)
-    if request.expires_at is not None and request.expires_at <= datetime.now(UTC):
-        raise _expired()
     await ctx.services.resolver.scope(member, request.scope_id)
     async with ctx.services.pool.connection() as conn:
         grantee = await directory.get_member(conn, request.grantee_member_id)
@@ -46,8 +43,9 @@ async def grant(ctx: Context, request: Grant) -> dict[str, Any]:
                 expires_at=request.expires_at,
             )
         except ConstraintViolation as exc:
-            # The grant's one check: it expires after the database's clock
-            # stamps it, which may run a moment past the check above.
+            # The one check left (the grantee is not the owner, checked above):
+            # it expires after the database stamps it. The database's clock
+            # decides, as for every grant (actors/clock.py), never the node's.
             if exc.sqlstate == CHECK_VIOLATION:
                 raise _expired() from None
             raise
