@@ -126,7 +126,8 @@ async def serve_node(
         services.worker = worker
         nursery.start_soon(worker.run)
         nursery.start_soon(sweep_sessions, services)
-        nursery.start_soon(sweep_attachments, services)
+        # Started: the attachment store is private and holds no dead staging file.
+        await nursery.start(sweep_attachments, services)
         await nursery.start(watch_revocations, dsn, hub)
         relay = ClusterRelay(dsn, pool, hub, node_id)
         await nursery.start(relay.run)

@@ -5,15 +5,24 @@ a staging file in chunks as it arrives, so the node holds at most a few
 hundred KiB of it whatever its size; one above the limit is answered ``413``
 before its body is read (``Content-Length`` up front, a chunked body at the
 limit). A download is sent from the blob in chunks. Every error body is
-``{"code", "message"}``; a download the member may not read is ``404``, like
-an id that does not exist.
+``{"code", "message"}`` (with ``details`` when there are any); a download the
+member may not read is ``404``, like an id that does not exist.
+
+What one member may upload (docs/security.md#uploads): uploads in progress
+and a byte rate on this node (:mod:`node.upload_gate`), and a quota of
+unclaimed bytes in the database, each answered ``429`` with ``Retry-After``
+before the body is read; and a deadline, ``UploadSettings.grace`` plus one
+second per ``min_rate`` bytes received, besides the idle timeout between two
+reads (``408``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -24,9 +33,12 @@ import structlog
 import trio
 
 from actors.model import Member
+from node.config import UploadSettings
 from node.services import Services
+from node.upload_gate import Limit, Refusal
+from protocol.text import TextKind, text_problem
 from storage import attachments, directory
-from storage.blobs import BlobStore, FilesystemBlobStore
+from storage.blobs import BlobStore, FilesystemBlobStore, StagedBlob
 from storage.errors import StorageError
 
 log = structlog.get_logger(__name__)
@@ -34,9 +46,9 @@ log = structlog.get_logger(__name__)
 PREFIX = "/v1/attachments"
 RECEIVE_BYTES = 64 * 1024
 # Bytes gathered before one write to the staging file (one thread hop each).
+# The file is created at the first write, so an upload holds no file before
+# this much has arrived.
 WRITE_BYTES = 256 * 1024
-# A client that stops sending mid-body is dropped after this long.
-BODY_IDLE_TIMEOUT = 30.0
 # After answering early (401, 413, …) the rest of the body is read and thrown
 # away for a moment before closing, so that the close does not reset the
 # connection under the answer before the client has read it.
@@ -55,17 +67,36 @@ _REASONS = {
     401: b"Unauthorized",
     404: b"Not Found",
     405: b"Method Not Allowed",
+    408: b"Request Timeout",
     413: b"Content Too Large",
+    429: b"Too Many Requests",
     503: b"Service Unavailable",
 }
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    """An answer other than success; ``retry_after`` (seconds) becomes the
+    ``Retry-After`` header and ``details.retryAfterMs``."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.details = dict(details or {})
+        # Whole seconds in the header (rounded up); milliseconds in the body.
+        self.retry_after: int | None = None
+        if retry_after is not None:
+            self.retry_after = max(1, math.ceil(retry_after))
+            self.details["retryAfterMs"] = max(1, math.ceil(retry_after * 1000))
 
 
 @cache
@@ -101,12 +132,25 @@ async def handle(
         await _answer_early(stream, http, HttpError(503, "unavailable", "storage unavailable"))
 
 
-async def sweep_forever(services: Services, interval: float = SWEEP_INTERVAL) -> None:
+async def sweep_forever(
+    services: Services,
+    interval: float = SWEEP_INTERVAL,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """The node's sweeper: released uploads, unclaimed ones older than a day,
     and staging files of uploads cut off by a crash. Nodes sharing a database
-    and a directory sweep disjoint batches (``storage.attachments.sweep``)."""
+    and a directory sweep disjoint batches (``storage.attachments.sweep``).
+
+    Started, it has made the store private (folders 0700) and removed the
+    staging files no live upload holds."""
     blobs = blob_store(services.settings.attachments_path)
     ttl = attachments.UNCLAIMED_TTL
+    await blobs.prepare()
+    staged = await blobs.sweep_staging(ttl.total_seconds())
+    if staged:
+        log.info("attachment_staging_swept", removed=staged)
+    task_status.started()
     while True:
         await trio.sleep(interval)
         try:
@@ -116,10 +160,9 @@ async def sweep_forever(services: Services, interval: float = SWEEP_INTERVAL) ->
                     removed += batch
                     if batch < attachments.SWEEP_BATCH:
                         break
-            if isinstance(blobs, FilesystemBlobStore):
-                await blobs.sweep_staging(ttl.total_seconds())
-            if removed:
-                log.info("attachments_swept", removed=removed)
+            staged = await blobs.sweep_staging(ttl.total_seconds())
+            if removed or staged:
+                log.info("attachments_swept", removed=removed, staging=staged)
         except Exception as exc:
             if isinstance(exc, trio.Cancelled):
                 raise
@@ -145,16 +188,58 @@ async def upload(
     declared = _content_length(request)
     if declared is not None and declared > limit:
         raise HttpError(413, "payload_too_large", f"uploads are limited to {limit} bytes")
-    if http.they_are_waiting_for_100_continue:
-        await stream.send_all(http.send(h11.InformationalResponse(status_code=100, headers=[])))
-    blobs = blob_store(settings.attachments_path)
-    staged = await blobs.stage()
+    limits = settings.uploads
+    gate = services.uploads
+    # Paid up front: the bytes it declares (at least a block); a chunked body
+    # pays the rest as it arrives.
+    paid = attachments.charge_of(declared or 0)
+    refusal = gate.admit(member.id, paid, limits, trio.current_time())
+    if refusal is not None:
+        raise _refused(refusal, limits)
+    refund = paid
     try:
-        digest, size = await _receive_body(stream, http, staged, limit)
+        await _check_quota(services, member, paid, limits)
+        refund = 0
+        if http.they_are_waiting_for_100_continue:
+            response = h11.InformationalResponse(status_code=100, headers=[])
+            await stream.send_all(http.send(response))
+
+        charged = paid
+
+        def charge(received: int) -> None:
+            nonlocal charged
+            if received > charged:
+                gate.charge(member.id, received - charged, limits, trio.current_time())
+                charged = received
+
+        stored = await _store(services, member, stream, http, name, content_type, charge)
+    finally:
+        gate.release(member.id, refund)
+    log.info("attachment_uploaded", attachment_id=stored.id, size=stored.size)
+    await _send_json(stream, http, 201, {"attachmentId": stored.id, **_public(stored.view())})
+
+
+async def _store(
+    services: Services,
+    member: Member,
+    stream: trio.SocketStream,
+    http: h11.Connection,
+    name: str,
+    content_type: str,
+    charge: Callable[[int], None],
+) -> attachments.Attachment:
+    settings = services.settings
+    limits = settings.uploads
+    staging = _Staging(blob_store(settings.attachments_path))
+    try:
+        digest, size = await _receive_body(
+            stream, http, staging, settings.max_attachment_bytes, limits, charge
+        )
+        staged = await staging.ready()
         async with services.pool.connection() as conn:
-            stored = await attachments.create(
+            return await attachments.create(
                 conn,
-                blobs,
+                staging.blobs,
                 staged,
                 digest=digest,
                 workspace_id=member.workspace_id,
@@ -162,33 +247,114 @@ async def upload(
                 name=name,
                 content_type=content_type,
                 size=size,
+                quota=limits.quota,
             )
+    except attachments.QuotaExceeded as exc:
+        raise _over_quota(exc.usage, exc.quota) from None
     finally:
         with trio.CancelScope(shield=True):
-            await staged.discard()
-    log.info("attachment_uploaded", attachment_id=stored.id, size=size)
-    await _send_json(stream, http, 201, {"attachmentId": stored.id, **_public(stored.view())})
+            await staging.discard()
 
 
 def _public(view: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in view.items() if k != "id"}
 
 
+def _refused(refusal: Refusal, limits: UploadSettings) -> HttpError:
+    if refusal.limit is Limit.UPLOADS:
+        message = f"at most {limits.per_member} uploads at once; retry when one is done"
+    else:
+        message = f"uploads are limited to {limits.rate} bytes/s per member; retry later"
+    details = {"limit": str(refusal.limit)}
+    return HttpError(429, "rate_limited", message, details=details, retry_after=refusal.wait)
+
+
+async def _check_quota(
+    services: Services, member: Member, paid: int, limits: UploadSettings
+) -> None:
+    """Refuse before the body is read what the quota cannot take; the insert
+    checks again (:func:`storage.attachments.create`)."""
+    if paid > limits.quota:
+        raise HttpError(
+            413,
+            "payload_too_large",
+            f"unclaimed uploads are limited to {limits.quota} bytes per member",
+        )
+    async with services.pool.connection() as conn:
+        usage = await attachments.unclaimed_usage(conn, member.id)
+    if usage.charged + paid > limits.quota:
+        raise _over_quota(usage, limits.quota)
+
+
+def _over_quota(usage: attachments.Usage, quota: int) -> HttpError:
+    # Room comes back when the member sends the uploads it has, or when the
+    # oldest expires and the next sweep takes it.
+    expires_in = usage.expires_in
+    wait = expires_in if expires_in is not None and expires_in > 0 else SWEEP_INTERVAL
+    return HttpError(
+        429,
+        "rate_limited",
+        f"unclaimed uploads are limited to {quota} bytes per member; "
+        "attach the ones uploaded to a message, or retry later",
+        details={"limit": "quota", "quota": quota, "unclaimed": usage.charged},
+        retry_after=wait,
+    )
+
+
+class _Staging:
+    """The staging file of one upload, created at its first write: an upload
+    that has sent less than ``WRITE_BYTES`` holds its connection only."""
+
+    def __init__(self, blobs: BlobStore) -> None:
+        self.blobs = blobs
+        self.staged: StagedBlob | None = None
+
+    async def write(self, data: bytes) -> None:
+        if self.staged is None:
+            self.staged = await self.blobs.stage()
+        await self.staged.write(data)
+
+    async def ready(self) -> StagedBlob:
+        """The staged blob (an empty one for an empty body)."""
+        if self.staged is None:
+            self.staged = await self.blobs.stage()
+        return self.staged
+
+    async def discard(self) -> None:
+        if self.staged is not None:
+            await self.staged.discard()
+
+
 async def _receive_body(
-    stream: trio.SocketStream, http: h11.Connection, staged: Any, limit: int
+    stream: trio.SocketStream,
+    http: h11.Connection,
+    staging: _Staging,
+    limit: int,
+    limits: UploadSettings,
+    charge: Callable[[int], None],
 ) -> tuple[str, int]:
-    """Hash and stage the body as it arrives; (SHA-256 hex, size)."""
+    """Hash and stage the body as it arrives; (SHA-256 hex, size).
+
+    Cut with ``408`` when nothing arrives for ``limits.idle_timeout``, and
+    when the body falls behind its deadline: ``limits.grace`` seconds after
+    the start plus one second per ``limits.min_rate`` bytes received, which
+    ends an upload that trickles a byte now and then after the grace.
+    """
     hasher = hashlib.sha256()
     size = 0
     pending: list[bytes] = []
     pending_bytes = 0
+    started = trio.current_time()
     while True:
         event = http.next_event()
         if event is h11.NEED_DATA:
-            with trio.move_on_after(BODY_IDLE_TIMEOUT) as idle:
+            deadline = started + limits.grace + size / limits.min_rate
+            idle = trio.current_time() + limits.idle_timeout
+            data = None
+            with trio.move_on_at(min(deadline, idle)):
                 data = await stream.receive_some(RECEIVE_BYTES)
-            if idle.cancelled_caught:
-                raise HttpError(400, "validation_failed", "the upload stalled")
+            if data is None:
+                raise _too_slow(limits, stalled=idle <= deadline)
             if not data:
                 raise trio.BrokenResourceError("client closed mid-upload")
             http.receive_data(data)
@@ -197,28 +363,45 @@ async def _receive_body(
             size += len(chunk)
             if size > limit:
                 raise HttpError(413, "payload_too_large", f"uploads are limited to {limit} bytes")
+            charge(size)
             hasher.update(chunk)
             pending.append(chunk)
             pending_bytes += len(chunk)
             if pending_bytes >= WRITE_BYTES:
-                await staged.write(b"".join(pending))
+                await staging.write(b"".join(pending))
                 pending, pending_bytes = [], 0
         elif isinstance(event, h11.EndOfMessage):
             if pending:
-                await staged.write(b"".join(pending))
+                await staging.write(b"".join(pending))
             return hasher.hexdigest(), size
         else:
             raise trio.BrokenResourceError(f"unexpected HTTP event {type(event).__name__}")
 
 
+def _too_slow(limits: UploadSettings, *, stalled: bool) -> HttpError:
+    if stalled:
+        message = f"the upload sent nothing for {limits.idle_timeout:g} s"
+    else:
+        message = (
+            f"the upload fell below {limits.min_rate} bytes/s (after the first {limits.grace:g} s)"
+        )
+    return HttpError(408, "validation_failed", message)
+
+
 def _file_name(query: str) -> str:
+    """``?name=``: shown to every reader as the file's label, so it is a name by
+    the project's text rule (no controls, no direction or invisible characters)."""
     names = parse_qs(query, keep_blank_values=True).get("name", [])
     name = names[0] if names else ""
-    if not name or len(name) > MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in name):
+    problem = text_problem(name, TextKind.NAME) if name else "required"
+    if problem is None and len(name) > MAX_NAME:
+        problem = f"at most {MAX_NAME} characters"
+    if problem is not None:
         raise HttpError(
             400,
             "validation_failed",
-            f"?name= is required: the file name, 1 to {MAX_NAME} characters, no control characters",
+            f"?name=: {problem} (the file name, 1 to {MAX_NAME} characters)",
+            details={"path": "name"},
         )
     return name
 
@@ -329,7 +512,12 @@ def _header(request: h11.Request, name: bytes) -> bytes | None:
 
 
 async def _send_json(
-    stream: trio.SocketStream, http: h11.Connection, status: int, body: dict[str, Any]
+    stream: trio.SocketStream,
+    http: h11.Connection,
+    status: int,
+    body: dict[str, Any],
+    *,
+    retry_after: int | None = None,
 ) -> None:
     payload = json.dumps(body).encode()
     headers = [
@@ -338,6 +526,8 @@ async def _send_json(
         (b"cache-control", b"no-store"),
         (b"connection", b"close"),
     ]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
     response = h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))
     await stream.send_all(
         http.send(response) + http.send(h11.Data(data=payload)) + http.send(h11.EndOfMessage())
@@ -348,7 +538,10 @@ async def _answer_early(stream: trio.SocketStream, http: h11.Connection, exc: Ht
     """Send the error, then let the client read it before the connection goes."""
     if http.our_state is not h11.SEND_RESPONSE:
         return  # a response already started: nothing more can be said
-    await _send_json(stream, http, exc.status, {"code": exc.code, "message": exc.message})
+    body: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.details:
+        body["details"] = exc.details
+    await _send_json(stream, http, exc.status, body, retry_after=exc.retry_after)
     if http.their_state is h11.SEND_BODY:
         with trio.move_on_after(LINGER_SECONDS):
             await stream.send_eof()

@@ -20,8 +20,39 @@ from node.limits import (
 from node.outbox_worker import WorkerSettings
 
 MAX_ATTACHMENT_BYTES = 25 * 1024 * 1024
+UPLOAD_IDLE_TIMEOUT_ENV = "SCOPENODE_UPLOAD_IDLE_TIMEOUT"
+UPLOAD_GRACE_ENV = "SCOPENODE_UPLOAD_GRACE"
+UPLOAD_MIN_RATE_ENV = "SCOPENODE_UPLOAD_MIN_RATE"
+UPLOADS_PER_MEMBER_ENV = "SCOPENODE_UPLOADS_PER_MEMBER"
+UPLOAD_RATE_ENV = "SCOPENODE_UPLOAD_RATE"
+UPLOAD_BURST_ENV = "SCOPENODE_UPLOAD_BURST"
+UPLOAD_QUOTA_ENV = "SCOPENODE_UPLOAD_QUOTA"
 MEMORY_CEILING_ENV = "SCOPENODE_MEMORY_CEILING_MB"
 METRICS_TOKEN_ENV = "SCOPENODE_METRICS_TOKEN"
+
+
+@dataclass(frozen=True, slots=True)
+class UploadSettings:
+    """What one member may upload through one node (docs/security.md#uploads).
+
+    Far above a person attaching files or an agent posting its output; each
+    is read from the environment when the node starts.
+    """
+
+    # A body that sends nothing for this long is cut (408).
+    idle_timeout: float = field(default_factory=lambda: env_float(UPLOAD_IDLE_TIMEOUT_ENV, 30.0))
+    # The overall deadline: after ``grace`` seconds an upload must have
+    # averaged ``min_rate`` bytes per second, so it ends by
+    # grace + received / min_rate (27 minutes for 25 MiB).
+    grace: float = field(default_factory=lambda: env_float(UPLOAD_GRACE_ENV, 30.0))
+    min_rate: int = field(default_factory=lambda: env_int(UPLOAD_MIN_RATE_ENV, 16 * 1024))
+    # Uploads of one member in progress on this node at once (429 above).
+    per_member: int = field(default_factory=lambda: env_int(UPLOADS_PER_MEMBER_ENV, 16))
+    # A byte bucket per member on this node: bytes per second, bucket size.
+    rate: int = field(default_factory=lambda: env_int(UPLOAD_RATE_ENV, 512 * 1024))
+    burst: int = field(default_factory=lambda: env_int(UPLOAD_BURST_ENV, 256 * 1024 * 1024))
+    # Bytes of a member's uploads no message has claimed yet, in the database.
+    quota: int = field(default_factory=lambda: env_int(UPLOAD_QUOTA_ENV, 512 * 1024 * 1024))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +105,7 @@ class Settings:
     # share one), and the largest upload accepted (413 above it).
     attachments_dir: Path | None = None
     max_attachment_bytes: int = MAX_ATTACHMENT_BYTES
+    uploads: UploadSettings = field(default_factory=UploadSettings)
     # Resident memory over which idle scope actors are passivated, least
     # recently used first (node/memory.py, docs/operations.md).
     memory_ceiling_mb: int = field(default_factory=lambda: env_int(MEMORY_CEILING_ENV, 512))

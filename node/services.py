@@ -11,6 +11,7 @@ from node.hub import Hub
 from node.metrics import Metrics
 from node.registry import ActorRegistry
 from node.resolver import Resolver
+from node.upload_gate import UploadGate
 from storage.pg import Pool
 
 
@@ -32,3 +33,4 @@ class Services:
     worker: Any = None
     # Swapped whole on SIGHUP (node/app.py); sends read it without a lock.
     moderation: KeywordList = field(default_factory=KeywordList)
+    uploads: UploadGate = field(default_factory=UploadGate)

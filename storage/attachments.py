@@ -3,7 +3,8 @@
 The lifecycle (docs/design.md#attachments):
 
 - **Upload.** The bytes are staged and hashed while they arrive, then one
-  transaction inserts the row and files the blob under its hash.
+  transaction inserts the row and files the blob under its hash, unless the
+  uploader's unclaimed uploads would go over its quota (:func:`create`).
 - **Reserve.** Before a send reaches its scope's actor, the node reserves the
   uploads it names for that send (``claim_key`` = scope and
   ``clientMessageId``): only the sender's own, unclaimed uploads, not
@@ -48,6 +49,9 @@ UNCLAIMED_TTL = timedelta(hours=24)
 # uploads after this.
 RESERVATION = timedelta(minutes=5)
 SWEEP_BATCH = 100
+# What the least upload counts for against a quota: a file costs at least a
+# disk block and a row, so a quota also bounds how many files a member keeps.
+MIN_CHARGE = 4096
 
 _COLUMNS = """id, workspace_id, scope_id, message_id, uploaded_by_member_id, storage_driver,
 storage_object_key, filename, content_type, byte_size, created_at, released_at"""
@@ -61,6 +65,17 @@ RETURNING {_COLUMNS}
 """
 SELECT = f"SELECT {_COLUMNS} FROM attachments WHERE id = %s"
 LOCK_BLOB = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+# Serialises one member's uploads while its quota is checked and its row added.
+LOCK_UPLOADER = "SELECT pg_advisory_xact_lock(hashtextextended('uploader:' || %s, 0))"
+
+# A member's uploads no message has claimed yet: the bytes they count, and the
+# seconds until the oldest of them is past its time (the sweeper takes it then).
+UNCLAIMED_USAGE = """
+SELECT coalesce(sum(greatest(byte_size, %(min_charge)s)), 0),
+       extract(epoch FROM min(created_at) + %(ttl)s::interval - now())
+FROM attachments
+WHERE uploaded_by_member_id = %(member_id)s AND message_id IS NULL AND released_at IS NULL
+"""
 
 # The uploads a send may claim: reserved for it now, or already claimed by
 # this very send (a retry answered already_sent). A chunked send stores its
@@ -139,6 +154,29 @@ class Attachment:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A member's unclaimed uploads: bytes counted against its quota, and the
+    seconds until the oldest expires (None when it has none)."""
+
+    charged: int
+    expires_in: float | None
+
+
+class QuotaExceeded(Exception):
+    """The upload would take its uploader's unclaimed bytes over the quota."""
+
+    def __init__(self, usage: Usage, quota: int) -> None:
+        super().__init__(f"unclaimed uploads are limited to {quota} bytes per member")
+        self.usage = usage
+        self.quota = quota
+
+
+def charge_of(size: int) -> int:
+    """What an upload of ``size`` bytes counts against a quota."""
+    return max(size, MIN_CHARGE)
+
+
 def _row(row: Sequence[Any]) -> Attachment:
     return Attachment(
         id=row[0],
@@ -171,10 +209,15 @@ async def create(
     name: str,
     content_type: str,
     size: int,
+    quota: int | None = None,
 ) -> Attachment:
     """Insert the row of a staged upload and file its blob, atomically enough:
     the row commits only once the blob is in place (a commit that fails after
-    it leaves a blob no row names, which costs disk, never a broken row)."""
+    it leaves a blob no row names, which costs disk, never a broken row).
+
+    With a ``quota``, raises :class:`QuotaExceeded` instead when the uploader's
+    unclaimed uploads and this one would count more than ``quota`` bytes; the
+    check and the insert are serialised per uploader, across nodes."""
     params = {
         "id": new_id("att"),
         "workspace_id": workspace_id,
@@ -187,12 +230,31 @@ async def create(
     }
     with map_errors():
         async with conn.transaction():
+            if quota is not None:
+                await conn.execute(LOCK_UPLOADER, (uploader_id,))
+                usage = await _usage(conn, uploader_id)
+                if usage.charged + charge_of(size) > quota:
+                    raise QuotaExceeded(usage, quota)
             await conn.execute(LOCK_BLOB, (digest,))
             cur = await conn.execute(INSERT, params)
             row = await cur.fetchone()
             assert row is not None
             await blobs.put(staged, digest)
     return _row(row)
+
+
+async def unclaimed_usage(conn: TrioConnection, member_id: str) -> Usage:
+    """What ``member_id``'s unclaimed uploads count against its quota."""
+    with map_errors():
+        return await _usage(conn, member_id)
+
+
+async def _usage(conn: TrioConnection, member_id: str) -> Usage:
+    params = {"member_id": member_id, "min_charge": MIN_CHARGE, "ttl": _interval(UNCLAIMED_TTL)}
+    cur = await conn.execute(UNCLAIMED_USAGE, params)
+    row = await cur.fetchone()
+    assert row is not None
+    return Usage(int(row[0]), None if row[1] is None else float(row[1]))
 
 
 async def get(conn: TrioConnection, attachment_id: str) -> Attachment | None:
