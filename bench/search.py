@@ -27,7 +27,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 from tempfile import mkdtemp
 from typing import Any
@@ -40,7 +39,7 @@ from bench.client import open_session
 from bench.dbbaseline import checkpoint
 from node import logs
 from node.app import serve_node
-from node.config import Settings
+from node.config import Settings, with_raised_limits
 from node.database import open_database
 from storage import directory
 from storage import search as index
@@ -396,13 +395,7 @@ async def _run_in(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     ):
         corpus = await _build(conn, args)
         token = await directory.issue_token(conn, corpus["viewer"])
-        settings = replace(
-            Settings(port=0, data_dir=data_dir, database_url=dsn),
-            send_rate=1e6,
-            send_burst=10**6,
-            request_rate=1e6,
-            request_burst=10**6,
-        )
+        settings = with_raised_limits(Settings(port=0, data_dir=data_dir, database_url=dsn))
         async with trio.open_nursery() as nursery:
             services = await nursery.start(serve_node, settings)
             url = f"ws://127.0.0.1:{services.port}/v1/ws?workspace={corpus['workspace']}"

@@ -110,6 +110,7 @@ async def serve_node(
             hub=hub,
             metrics=metrics,
             resolver=Resolver(pool),
+            limiter=settings.limiter(),
         )
         services.moderation = load_moderation(settings)
         if settings.moderation_file is not None:

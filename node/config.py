@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from actors.moderation import KeywordList, parse_keyword_file
 from actors.scope_state import ROW_LIMIT
 from node.limits import (
     MAX_SESSIONS_ENV,
+    READ_BURST_ENV,
+    READ_RATE_ENV,
     REQUEST_BURST_ENV,
     REQUEST_RATE_ENV,
     SEND_BURST_ENV,
     SEND_RATE_ENV,
+    WORKSPACE_READ_BURST_ENV,
+    WORKSPACE_READ_RATE_ENV,
+    WORKSPACE_REQUEST_BURST_ENV,
+    WORKSPACE_REQUEST_RATE_ENV,
+    WORKSPACE_SEND_BURST_ENV,
+    WORKSPACE_SEND_RATE_ENV,
+    Limiter,
+    Rate,
+    Rates,
     env_float,
     env_int,
 )
@@ -91,14 +103,36 @@ class Settings:
     redeliver_limit: int = 1000
     # Characters per message row; longer sends become chunked logical sends.
     row_limit: int = ROW_LIMIT
-    # Per-session token buckets (tokens per second, bucket size) for sends and
-    # for every other request but ping/pong, and live sessions per member on
-    # this node. Far above a person typing or a polite agent; the bench and
-    # the test suite raise them (node.limits.RAISED_LIMITS_ENV).
+    # Token buckets (tokens per second, bucket size) shared by all sessions of
+    # a member: sends; every other request but ping/pong; and search and
+    # history, which take from the request bucket too. Then the same three per
+    # workspace, and live sessions per member on this node. Above a person
+    # typing or a busy agent (docs/security.md, "Limits and revocation"); the
+    # bench and the test suite raise them (node.limits.RAISED_LIMITS_ENV).
     send_rate: float = field(default_factory=lambda: env_float(SEND_RATE_ENV, 20.0))
     send_burst: int = field(default_factory=lambda: env_int(SEND_BURST_ENV, 200))
     request_rate: float = field(default_factory=lambda: env_float(REQUEST_RATE_ENV, 50.0))
     request_burst: int = field(default_factory=lambda: env_int(REQUEST_BURST_ENV, 500))
+    read_rate: float = field(default_factory=lambda: env_float(READ_RATE_ENV, 10.0))
+    read_burst: int = field(default_factory=lambda: env_int(READ_BURST_ENV, 100))
+    workspace_send_rate: float = field(
+        default_factory=lambda: env_float(WORKSPACE_SEND_RATE_ENV, 200.0)
+    )
+    workspace_send_burst: int = field(
+        default_factory=lambda: env_int(WORKSPACE_SEND_BURST_ENV, 2000)
+    )
+    workspace_request_rate: float = field(
+        default_factory=lambda: env_float(WORKSPACE_REQUEST_RATE_ENV, 500.0)
+    )
+    workspace_request_burst: int = field(
+        default_factory=lambda: env_int(WORKSPACE_REQUEST_BURST_ENV, 5000)
+    )
+    workspace_read_rate: float = field(
+        default_factory=lambda: env_float(WORKSPACE_READ_RATE_ENV, 50.0)
+    )
+    workspace_read_burst: int = field(
+        default_factory=lambda: env_int(WORKSPACE_READ_BURST_ENV, 500)
+    )
     max_sessions_per_member: int = field(default_factory=lambda: env_int(MAX_SESSIONS_ENV, 32))
     # Attachment bytes (docs/design.md#attachments): content-addressed files
     # under this directory (None: <data_dir>/attachments; nodes of a cluster
@@ -121,9 +155,47 @@ class Settings:
     def attachments_path(self) -> Path:
         return self.attachments_dir or self.data_dir / "attachments"
 
+    def limiter(self) -> Limiter:
+        """The node's buckets, sized by these settings."""
+        member = Rates(
+            send=Rate(self.send_rate, self.send_burst),
+            request=Rate(self.request_rate, self.request_burst),
+            read=Rate(self.read_rate, self.read_burst),
+        )
+        workspace = Rates(
+            send=Rate(self.workspace_send_rate, self.workspace_send_burst),
+            request=Rate(self.workspace_request_rate, self.workspace_request_burst),
+            read=Rate(self.workspace_read_rate, self.workspace_read_burst),
+        )
+        return Limiter(member, workspace)
+
     @staticmethod
     def database_url_from_env() -> str | None:
         return os.environ.get("DATABASE_URL") or None
+
+
+# The rate and burst fields above, by name.
+LIMIT_FIELDS = (
+    "send_rate",
+    "send_burst",
+    "request_rate",
+    "request_burst",
+    "read_rate",
+    "read_burst",
+    "workspace_send_rate",
+    "workspace_send_burst",
+    "workspace_request_rate",
+    "workspace_request_burst",
+    "workspace_read_rate",
+    "workspace_read_burst",
+)
+
+
+def with_raised_limits(settings: Settings) -> Settings:
+    """``settings`` with every rate and burst at 1,000,000, as RAISED_LIMITS_ENV
+    gives a node started in its own process (an in-process bench node)."""
+    raised: dict[str, Any] = dict.fromkeys(LIMIT_FIELDS, 1_000_000)
+    return replace(settings, **raised)
 
 
 def load_moderation(settings: Settings) -> KeywordList:

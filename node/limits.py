@@ -1,35 +1,73 @@
-"""Per-session rate limits: token buckets, and the settings that raise them.
+"""Rate limits: token buckets per member and per workspace, held node-wide.
 
-A session owns two buckets (sends; every other request except ping/pong). A
-request that finds its bucket empty is answered ``rate_limited`` with
-``details.retryAfterMs`` and not executed; the session stays open. The
-defaults (``node.config.Settings``) are far above what a person typing or a
-well-behaved agent does; load tests raise them with :data:`RAISED_LIMITS_ENV`.
+Every session of a member draws on the same three buckets: one for sends,
+one for every other request except ping/pong, and a smaller one that
+``search`` and ``history`` (the expensive reads) take from as well. Above
+the members, each workspace has the same three kinds of bucket, larger, so
+that one workspace cannot take a shared node from the others. A request
+takes a token from each of its buckets or from none: one that finds any of
+them empty is answered ``rate_limited`` with ``details.retryAfterMs`` (and
+which bucket it met), is not executed, and the session stays open.
+
+The buckets live in one :class:`Limiter` per node, in two bounded
+:class:`~actors.lru.Lru` tables keyed by member id and by workspace id. The
+least recently used entry is forgotten to take a new one; it is normally a
+bucket idle long enough to have refilled, which is the same as no bucket.
+
+The defaults (``node.config.Settings``) are above what a person typing or a
+busy agent does; load tests raise them with :data:`RAISED_LIMITS_ENV`.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
+from actors.lru import Lru
 from protocol.errors import ErrorCode, OperationError
 
 SEND_RATE_ENV = "SCOPENODE_SEND_RATE"
 SEND_BURST_ENV = "SCOPENODE_SEND_BURST"
 REQUEST_RATE_ENV = "SCOPENODE_REQUEST_RATE"
 REQUEST_BURST_ENV = "SCOPENODE_REQUEST_BURST"
+READ_RATE_ENV = "SCOPENODE_READ_RATE"
+READ_BURST_ENV = "SCOPENODE_READ_BURST"
+WORKSPACE_SEND_RATE_ENV = "SCOPENODE_WORKSPACE_SEND_RATE"
+WORKSPACE_SEND_BURST_ENV = "SCOPENODE_WORKSPACE_SEND_BURST"
+WORKSPACE_REQUEST_RATE_ENV = "SCOPENODE_WORKSPACE_REQUEST_RATE"
+WORKSPACE_REQUEST_BURST_ENV = "SCOPENODE_WORKSPACE_REQUEST_BURST"
+WORKSPACE_READ_RATE_ENV = "SCOPENODE_WORKSPACE_READ_RATE"
+WORKSPACE_READ_BURST_ENV = "SCOPENODE_WORKSPACE_READ_BURST"
 MAX_SESSIONS_ENV = "SCOPENODE_MAX_SESSIONS_PER_MEMBER"
+
+# Bucket sets remembered: a member or workspace seen again after being
+# forgotten starts with full buckets.
+MEMBERS_LIMITED = 10_000
+WORKSPACES_LIMITED = 1_000
 
 # What the bench and the test suite run with: high enough that no workload
 # meets a limit, while the limit code stays on the measured path.
-RAISED_LIMITS_ENV: dict[str, str] = {
-    SEND_RATE_ENV: "1000000",
-    SEND_BURST_ENV: "1000000",
-    REQUEST_RATE_ENV: "1000000",
-    REQUEST_BURST_ENV: "1000000",
-    MAX_SESSIONS_ENV: "1000000",
-}
+RAISED_LIMITS_ENV: dict[str, str] = dict.fromkeys(
+    (
+        SEND_RATE_ENV,
+        SEND_BURST_ENV,
+        REQUEST_RATE_ENV,
+        REQUEST_BURST_ENV,
+        READ_RATE_ENV,
+        READ_BURST_ENV,
+        WORKSPACE_SEND_RATE_ENV,
+        WORKSPACE_SEND_BURST_ENV,
+        WORKSPACE_REQUEST_RATE_ENV,
+        WORKSPACE_REQUEST_BURST_ENV,
+        WORKSPACE_READ_RATE_ENV,
+        WORKSPACE_READ_BURST_ENV,
+        MAX_SESSIONS_ENV,
+    ),
+    "1000000",
+)
 
 
 def env_float(name: str, default: float) -> float:
@@ -46,7 +84,7 @@ class TokenBucket:
     """``burst`` tokens, refilled at ``rate`` per second of ``now`` (trio's clock).
 
     O(1) and allocation-free apart from the float results: no timers, no
-    queues; the refill is computed from the time since the last take.
+    queues; the refill is computed from the time since the last look.
     """
 
     __slots__ = ("burst", "rate", "stamp", "tokens")
@@ -59,17 +97,123 @@ class TokenBucket:
         self.tokens = burst
         self.stamp = now
 
-    def take(self, now: float) -> float:
-        """Take one token: 0.0 when taken, else seconds until one is available."""
+    def wait(self, now: float) -> float:
+        """Refill up to ``now``: 0.0 when a token is there, else seconds until one is."""
         tokens = self.tokens + (now - self.stamp) * self.rate
         if tokens > self.burst:
             tokens = self.burst
-        self.stamp = now
-        if tokens >= 1.0:
-            self.tokens = tokens - 1.0
-            return 0.0
         self.tokens = tokens
-        return (1.0 - tokens) / self.rate
+        self.stamp = now
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
+    def take(self, now: float) -> float:
+        """Take one token: 0.0 when taken, else seconds until one is available."""
+        wait = self.wait(now)
+        if not wait:
+            self.tokens -= 1.0
+        return wait
+
+
+class Kind(IntEnum):
+    """Which buckets a request takes from (an index: no hashing on the hot path)."""
+
+    SEND = 0  # send
+    REQUEST = 1  # request
+    READ = 2  # request and read
+
+
+# The bucket names of each kind, in the order of Buckets.by_kind.
+_NAMES = (("send",), ("request",), ("request", "read"))
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """Tokens per second and bucket size."""
+
+    per_s: float
+    burst: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """The three buckets of one member, or of one workspace."""
+
+    send: Rate
+    request: Rate
+    read: Rate
+
+
+class Buckets:
+    """A member's or a workspace's three buckets, by kind of request (``_NAMES``)."""
+
+    __slots__ = ("by_kind",)
+
+    def __init__(self, rates: Rates, now: float) -> None:
+        send = TokenBucket(rates.send.per_s, rates.send.burst, now)
+        request = TokenBucket(rates.request.per_s, rates.request.burst, now)
+        read = TokenBucket(rates.read.per_s, rates.read.burst, now)
+        self.by_kind: tuple[tuple[TokenBucket, ...], ...] = ((send,), (request,), (request, read))
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Which bucket was empty (``per``: member or workspace) and for how long."""
+
+    bucket: str
+    per: str
+    wait: float
+
+    def error(self) -> OperationError:
+        return rate_limited(self.bucket, self.per, self.wait)
+
+
+class Limiter:
+    """The node's buckets by member and by workspace (see the module doc)."""
+
+    __slots__ = ("_members", "_workspaces", "member_rates", "workspace_rates")
+
+    def __init__(self, member: Rates, workspace: Rates) -> None:
+        self.member_rates = member
+        self.workspace_rates = workspace
+        self._members: Lru[str, Buckets] = Lru("limit_members", MEMBERS_LIMITED)
+        self._workspaces: Lru[str, Buckets] = Lru("limit_workspaces", WORKSPACES_LIMITED)
+
+    def admit(self, kind: Kind, member_id: str, workspace_id: str, now: float) -> Refusal | None:
+        """Take a token from each of the request's buckets, or from none and say why."""
+        member = self._members.get(member_id)
+        if member is None:
+            member = Buckets(self.member_rates, now)
+            self._members.put(member_id, member)
+        workspace = self._workspaces.get(workspace_id)
+        if workspace is None:
+            workspace = Buckets(self.workspace_rates, now)
+            self._workspaces.put(workspace_id, workspace)
+        mine, shared = member.by_kind[kind], workspace.by_kind[kind]
+        for bucket in mine:
+            if bucket.wait(now):
+                return _refusal(kind, mine, shared, now)
+        for bucket in shared:
+            if bucket.wait(now):
+                return _refusal(kind, mine, shared, now)
+        for bucket in mine:
+            bucket.tokens -= 1.0
+        for bucket in shared:
+            bucket.tokens -= 1.0
+        return None
+
+
+def _refusal(
+    kind: Kind, mine: tuple[TokenBucket, ...], shared: tuple[TokenBucket, ...], now: float
+) -> Refusal:
+    """The bucket with the longest wait: retrying after it finds every bucket
+    of the request ready."""
+    refusal = Refusal("", "", 0.0)
+    for per, buckets in (("member", mine), ("workspace", shared)):
+        for name, bucket in zip(_NAMES[kind], buckets, strict=True):
+            wait = bucket.wait(now)
+            if wait > refusal.wait:
+                refusal = Refusal(name, per, wait)
+    return refusal
 
 
 def retry_after_ms(wait: float) -> int:
@@ -77,6 +221,14 @@ def retry_after_ms(wait: float) -> int:
     return max(1, math.ceil(wait * 1000))
 
 
-def rate_limited(what: str, wait: float) -> OperationError:
-    details: dict[str, Any] = {"retryAfterMs": retry_after_ms(wait)}
-    return OperationError(ErrorCode.RATE_LIMITED, f"too many {what}; retry later", details=details)
+_WHAT = {"send": "sends", "request": "requests", "read": "searches and history reads"}
+
+
+def rate_limited(bucket: str, per: str, wait: float) -> OperationError:
+    details: dict[str, Any] = {
+        "retryAfterMs": retry_after_ms(wait),
+        "bucket": bucket,
+        "per": per,
+    }
+    message = f"too many {_WHAT[bucket]} for this {per}; retry later"
+    return OperationError(ErrorCode.RATE_LIMITED, message, details=details)

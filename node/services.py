@@ -8,6 +8,7 @@ from typing import Any
 from actors.moderation import KeywordList
 from node.config import Settings
 from node.hub import Hub
+from node.limits import Limiter
 from node.metrics import Metrics
 from node.registry import ActorRegistry
 from node.resolver import Resolver
@@ -24,6 +25,8 @@ class Services:
     hub: Hub
     metrics: Metrics
     resolver: Resolver
+    # Rate-limit buckets by member and by workspace (node/limits.py).
+    limiter: Limiter
     accepting: bool = True
     draining: bool = False
     ready: bool = False

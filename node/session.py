@@ -15,7 +15,7 @@ import trio
 
 from actors.model import Member
 from node import ops
-from node.limits import TokenBucket, rate_limited
+from node.limits import Kind
 from node.ops import reactions
 from node.ops.context import REPLIED
 from node.ops.messages import submit_send
@@ -30,8 +30,10 @@ from protocol.frames import (
     CAPABILITY_ACK,
     CAPABILITY_FRESHNESS,
     Hello,
+    History,
     React,
     Reply,
+    Search,
     Send,
     SendResult,
     Welcome,
@@ -47,6 +49,8 @@ from storage import directory
 log = structlog.get_logger(__name__)
 HELD_LIVE_LIMIT = 10_000  # live events held back while a resume is being served
 _SUPPORTED_CAPABILITIES = (CAPABILITY_FRESHNESS, CAPABILITY_ACK)
+# The expensive reads: they take from the read buckets as well.
+_READS = (History, Search)
 
 
 class SessionClosed(Exception):
@@ -66,9 +70,7 @@ class Session:
         "_last_received",
         "_muted",
         "_nursery",
-        "_request_bucket",
         "_resuming",
-        "_send_bucket",
         "_started",
         "capabilities",
         "close_code",
@@ -128,11 +130,6 @@ class Session:
         self.close_code: int | None = None
         self.credential_id: int | None = None
         self._muted: set[str] | None = None  # scopes whose events this member lost
-        settings = self.settings
-        self._send_bucket = TokenBucket(settings.send_rate, settings.send_burst, self._started)
-        self._request_bucket = TokenBucket(
-            settings.request_rate, settings.request_burst, self._started
-        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -263,12 +260,12 @@ class Session:
         elif isinstance(request, PongFrame):
             pass
         elif isinstance(request, Send):
-            if wait := self._send_bucket.take(trio.current_time()):
-                self._limited(request.id, "sends", wait)
-                return
-            await self._send(request)
-        elif wait := self._request_bucket.take(trio.current_time()):
-            self._limited(request.id, "requests", wait)
+            if self._admitted(request.id, Kind.SEND):
+                await self._send(request)
+        elif not self._admitted(
+            request.id, Kind.READ if isinstance(request, _READS) else Kind.REQUEST
+        ):
+            return  # answered rate_limited
         elif isinstance(request, Hello):
             self._error(None, ErrorCode.VALIDATION_FAILED, "hello was already received")
         else:
@@ -301,9 +298,19 @@ class Session:
             log.exception("request_failed", op=request.__struct_config__.tag, error=repr(exc))
             self._error(request.id, ErrorCode.INTERNAL, "internal error")
 
-    def _limited(self, request_id: int | str, what: str, wait: float) -> None:
-        exc = rate_limited(what, wait)
+    def _admitted(self, request_id: int | str, kind: Kind) -> bool:
+        """Take the request's tokens from its member's and workspace's buckets,
+        shared with the member's other sessions; else answer ``rate_limited``."""
+        member = self.member
+        assert member is not None
+        refusal = self.services.limiter.admit(
+            kind, member.id, member.workspace_id, trio.current_time()
+        )
+        if refusal is None:
+            return True
+        exc = refusal.error()
         self._error(request_id, exc.code, exc.message, exc.details)
+        return False
 
     async def _request(self, request: Any) -> None:
         try:

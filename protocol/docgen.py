@@ -70,7 +70,8 @@ received. An `error` whose `id` is `null` concerns no request (an undecodable
 frame, a `hello` over the session cap).
 
 `details.path` names the offending field (`$.freshness.seenUpToSeq`) when
-there is one; `rate_limited` carries `details.retryAfterMs`. `retryable: true`
+there is one; `rate_limited` carries `details.retryAfterMs` (and, for a rate
+limit, `details.bucket` and `details.per`). `retryable: true`
 means the same request may succeed later unchanged.
 
 Targets name a scope: `#slug` (a channel), `#slug:<rootMessageId>` (the reply
@@ -289,7 +290,8 @@ ERRORS: dict[str, str] = {
         " was stored ([design.md#moderation](design.md#moderation))"
     ),
     "payload_too_large": "the frame exceeds the node's size limit",
-    "rate_limited": "over a per-session rate limit (`details.retryAfterMs`) or session cap",
+    "rate_limited": "over a rate limit of the member or its workspace (`details.retryAfterMs`) or the"
+    " session cap",
     "overloaded": "the node sheds load; retry later",
     "unavailable": "the database failed; nothing was stored; retry",
     "search_unavailable": "the workspace's search index is being built (`scopenode search rebuild`); retry",

@@ -1,8 +1,10 @@
-"""Per-session rate limits and the per-member session cap, over real WebSockets.
+"""Rate limits per member and per workspace, and the per-member session cap.
 
-Over a bucket the request is answered ``rate_limited`` with
+The buckets alone, the node's table of them, then over real WebSockets: over
+a bucket the request is answered ``rate_limited`` with
 ``details.retryAfterMs``, is not executed, and the session stays open; after
-the advertised wait it works again. One hello too many for a member gets an
+the advertised wait it works again. A member's sessions share its buckets;
+another member's are its own. One hello too many for a member gets an
 ``error`` ``rate_limited`` with id null, then close 4429.
 """
 
@@ -19,7 +21,15 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Message, Request, TextMessage
 
 from node.client import Client, ClientError, open_client
-from node.limits import TokenBucket, retry_after_ms
+from node.limits import (
+    MEMBERS_LIMITED,
+    Kind,
+    Limiter,
+    Rate,
+    Rates,
+    TokenBucket,
+    retry_after_ms,
+)
 from tests.nodes import RunningNode, World, make_channel, running_node
 
 TIMEOUT = 10.0
@@ -37,6 +47,117 @@ def test_bucket_spends_its_burst_then_refills_at_its_rate() -> None:
     assert bucket.take(100.5) == 0.0
     # A long idle period refills only up to the burst.
     assert [bucket.take(1000.0) for _ in range(4)][-1] == pytest.approx(0.5)
+
+
+def test_looking_at_a_bucket_refills_it_and_takes_nothing() -> None:
+    bucket = TokenBucket(rate=4.0, burst=2, now=0.0)
+    assert bucket.take(0.0) == 0.0
+    assert bucket.take(0.0) == 0.0
+    assert bucket.wait(0.125) == pytest.approx(0.125)  # half a token is back
+    assert bucket.wait(0.25) == 0.0
+    assert bucket.wait(0.25) == 0.0  # still there: waiting took nothing
+    assert bucket.take(0.25) == 0.0
+    assert bucket.wait(0.25) == pytest.approx(0.25)
+
+
+# ------------------------------------------------------------------ the node's table
+
+
+Six = tuple[float, int, float, int, float, int]  # send, request, read: rate and burst
+
+
+def _limiter(
+    member: Six = (1, 2, 1, 3, 1, 2), workspace: Six = (100, 100, 100, 100, 100, 100)
+) -> Limiter:
+    def rates(values: Six) -> Rates:
+        send, request, read = (Rate(values[i], int(values[i + 1])) for i in (0, 2, 4))
+        return Rates(send=send, request=request, read=read)
+
+    return Limiter(rates(member), rates(workspace))
+
+
+def _admitted(limiter: Limiter, kind: Kind, member: str, count: int, now: float = 0.0) -> int:
+    return sum(limiter.admit(kind, member, "ws", now) is None for _ in range(count))
+
+
+def test_one_member_has_one_send_bucket_whatever_its_sessions() -> None:
+    limiter = _limiter()
+    # The session does not appear in the key: every call for ann shares two sends.
+    assert _admitted(limiter, Kind.SEND, "ann", 5) == 2
+    refusal = limiter.admit(Kind.SEND, "ann", "ws", 0.0)
+    assert refusal is not None
+    assert (refusal.bucket, refusal.per) == ("send", "member")
+    assert refusal.wait == pytest.approx(1.0)
+    # Sends and other requests have separate buckets.
+    assert _admitted(limiter, Kind.REQUEST, "ann", 1) == 1
+    # A second later one send came back.
+    assert _admitted(limiter, Kind.SEND, "ann", 3, now=1.0) == 1
+
+
+def test_another_member_is_not_limited_by_the_first() -> None:
+    limiter = _limiter()
+    assert _admitted(limiter, Kind.SEND, "ann", 10) == 2
+    assert _admitted(limiter, Kind.READ, "ann", 10) == 2
+    assert _admitted(limiter, Kind.SEND, "bob", 10) == 2
+    assert _admitted(limiter, Kind.READ, "bob", 10) == 2
+
+
+def test_reads_take_from_the_request_bucket_and_their_own() -> None:
+    limiter = _limiter()  # requests: 3, reads: 2
+    assert _admitted(limiter, Kind.READ, "ann", 5) == 2
+    refusal = limiter.admit(Kind.READ, "ann", "ws", 0.0)
+    assert refusal is not None
+    assert (refusal.bucket, refusal.per) == ("read", "member")
+    # The two reads took two of the three request tokens; refused reads took none.
+    assert _admitted(limiter, Kind.REQUEST, "ann", 5) == 1
+
+
+def test_a_refused_request_takes_no_token_from_any_bucket() -> None:
+    limiter = _limiter(member=(1, 5, 1, 5, 1, 5), workspace=(1, 5, 1, 5, 1, 2))
+    assert _admitted(limiter, Kind.READ, "ann", 2) == 2
+    # The workspace's read bucket is empty: ann's reads are refused...
+    refusal = limiter.admit(Kind.READ, "ann", "ws", 0.0)
+    assert refusal is not None
+    assert (refusal.bucket, refusal.per) == ("read", "workspace")
+    for _ in range(10):
+        limiter.admit(Kind.READ, "ann", "ws", 0.0)
+    # ...and took nothing of her request bucket: three of five are left.
+    assert _admitted(limiter, Kind.REQUEST, "ann", 5) == 3
+
+
+def test_the_workspace_ceiling_binds_its_members_together_and_no_other_workspace() -> None:
+    limiter = _limiter(member=(1, 3, 1, 3, 1, 3), workspace=(1, 5, 1, 5, 1, 5))
+    assert _admitted(limiter, Kind.SEND, "ann", 10) == 3
+    assert _admitted(limiter, Kind.SEND, "bob", 10) == 2  # the workspace's last two
+    refusal = limiter.admit(Kind.SEND, "cat", "ws", 0.0)
+    assert refusal is not None
+    assert (refusal.bucket, refusal.per) == ("send", "workspace")
+    assert sum(limiter.admit(Kind.SEND, "dan", "other", 0.0) is None for _ in range(10)) == 3
+
+
+def test_the_refusal_advertises_the_longest_wait() -> None:
+    limiter = _limiter(member=(1, 1, 1, 1, 1, 1), workspace=(0.25, 1, 100, 100, 100, 100))
+    assert limiter.admit(Kind.SEND, "ann", "ws", 0.0) is None
+    refusal = limiter.admit(Kind.SEND, "ann", "ws", 0.0)
+    # The member's token is back after 1 s, the workspace's after 4 s.
+    assert refusal is not None
+    assert (refusal.bucket, refusal.per) == ("send", "workspace")
+    assert refusal.wait == pytest.approx(4.0)
+    assert limiter.admit(Kind.SEND, "ann", "ws", 3.9) is not None
+    assert limiter.admit(Kind.SEND, "ann", "ws", 4.0) is None
+    error = refusal.error()
+    assert error.code == "rate_limited"
+    assert error.details == {"retryAfterMs": 4000, "bucket": "send", "per": "workspace"}
+
+
+def test_the_table_keeps_a_bounded_number_of_members_least_recent_out() -> None:
+    limiter = _limiter(workspace=(1e9, 10**9, 1e9, 10**9, 1e9, 10**9))
+    assert _admitted(limiter, Kind.SEND, "ann", 2) == 2
+    for i in range(MEMBERS_LIMITED + 100):
+        limiter.admit(Kind.SEND, f"m{i}", "ws", 0.0)
+    assert len(limiter._members) == MEMBERS_LIMITED
+    # ann was the least recently seen and is forgotten: full buckets again.
+    assert _admitted(limiter, Kind.SEND, "ann", 5) == 2
 
 
 def test_retry_after_is_rounded_up_to_whole_milliseconds() -> None:
@@ -63,14 +184,14 @@ async def _answers(client: Client, frames: list[dict[str, Any]]) -> list[dict[st
     return answers
 
 
-def _limited(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _limited(answers: list[dict[str, Any]], longest_ms: int = 1000) -> list[dict[str, Any]]:
     limited = [a for a in answers if a.get("type") == "error"]
     for answer in limited:
         assert answer["code"] == "rate_limited", answer
         assert answer["retryable"] is True
         retry = answer["details"]["retryAfterMs"]
         assert isinstance(retry, int), answer
-        assert 0 < retry <= 1000, answer
+        assert 0 < retry <= longest_ms, answer
     return limited
 
 
@@ -156,6 +277,67 @@ async def test_a_burst_over_the_request_bucket_is_refused_and_pings_are_free(
             assert missing.value.code == "not_found"
             page = await client.history("#asks", limit=10)
             assert [m["content"] for m in page["messages"]] == ["sends are separate"]
+
+
+# ------------------------------------------------------------------ shared by a member
+
+
+async def test_two_sessions_of_a_member_share_its_bucket_and_another_member_has_its_own(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path, send_rate=0.1, send_burst=6) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        bob = await world.member("bob")
+        async with world.client(ann) as first, world.client(ann) as second:
+            scope_id = await make_channel(first, "shared")
+            frames = [_send_frame("#shared", f"a{i}") for i in range(8)]
+            answers = await _answers(first, frames[:4])
+            answers += await _answers(second, frames[4:])
+            # Six tokens for ann, however many sessions she opens; one comes
+            # back every 10 s, more than this test takes.
+            limited = _limited(answers, longest_ms=10_000)
+            assert len(limited) == 2, answers
+            assert {(a["details"]["bucket"], a["details"]["per"]) for a in limited} == {
+                ("send", "member")
+            }
+            # bob, in the same channel, sends his own six while ann is out of tokens.
+            async with world.client(bob) as other:
+                await other.request("join", scopeId=scope_id)
+                mine = [_send_frame("#shared", f"b{i}") for i in range(6)]
+                assert all(a["type"] == "reply" for a in await _answers(other, mine))
+            refused = await second.request_frame(_send_frame("#shared", "still ann"))
+            assert refused["type"] == "error", refused
+            assert refused["code"] == "rate_limited", refused
+
+
+async def test_searches_and_history_have_a_smaller_bucket_of_their_own(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path, read_rate=0.1, read_burst=3) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        async with world.client(ann) as client, world.client(ann) as again:
+            scope_id = await make_channel(client, "reads")
+            frames = [
+                {"type": "search", "id": next(_ids), "query": "hello"},
+                {"type": "history", "id": next(_ids), "target": "#reads"},
+                {"type": "search", "id": next(_ids), "query": "again"},
+                {"type": "history", "id": next(_ids), "target": "#reads"},
+            ]
+            answers = await _answers(client, frames)
+            limited = _limited(answers, longest_ms=10_000)
+            assert len(limited) == 1, answers
+            assert limited[0]["details"]["bucket"] == "read"
+            # The other session of the same member finds the read bucket empty too...
+            refused = await again.request_frame(
+                {"type": "history", "id": next(_ids), "target": "#reads"}
+            )
+            assert refused["type"] == "error", refused
+            assert refused["details"]["bucket"] == "read"
+            # ...while other requests and sends go on.
+            await again.request("members", scopeId=scope_id)
+            assert (await again.send("#reads", "reads are separate"))["state"] == "sent"
 
 
 # ------------------------------------------------------------------ sessions per member
