@@ -15,6 +15,7 @@ interleave, and a row that finds the scope moved on is ``held``
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,7 @@ import structlog
 import trio
 
 from actors.clock import DbClock
+from actors.fence_backoff import SEND_DEADLINE, FenceBackoff
 from actors.mentions import live_handles
 from actors.model import Member, NotificationState, ScopeSnapshot
 from actors.planner import MutationPlan, plan_delete, plan_edit
@@ -160,7 +162,9 @@ class ChunkedSend:
     def reply(self, result: SendResult | OperationError) -> None:
         self.cmd.reply(result)
 
-    def row_command(self, reply: Callable[[SendResult | OperationError], None]) -> SendCommand:
+    def row_command(
+        self, reply: Callable[[SendResult | OperationError], None], deadline: float
+    ) -> SendCommand:
         cmd, i = self.cmd, self.index
         freshness = cmd.freshness
         if freshness is not None and self.last_accepted_seq > freshness.seen_up_to_seq:
@@ -195,6 +199,7 @@ class ChunkedSend:
                 },
             },
             live_mentions=live_handles(content, cmd.mention_mode) & self.live,
+            deadline=deadline,
         )
 
 
@@ -204,6 +209,9 @@ SendObserver = Callable[[str, bool], None]
 
 def _unavailable(message: str) -> OperationError:
     return OperationError(ErrorCode.UNAVAILABLE, message)
+
+
+_rng = random.Random()
 
 
 class ScopeActor:
@@ -217,9 +225,17 @@ class ScopeActor:
         idle_timeout: float | None = 120.0,
         on_send: SendObserver | None = None,
         row_limit: int = ROW_LIMIT,
+        send_deadline: float = SEND_DEADLINE,
+        backoff: FenceBackoff | None = None,
+        on_fence_lost: Callable[[], None] | None = None,
     ) -> None:
         self.scope_id = scope_id
         self.row_limit = row_limit
+        self._send_deadline = send_deadline
+        self._backoff = backoff or FenceBackoff()
+        # Send batches decided again because the cache was behind the database.
+        self.fence_losses = 0
+        self._on_fence_lost = on_fence_lost or (lambda: None)
         # Rows of logical sends waiting for their next turn (behind the mailbox).
         self._continuations: deque[ChunkedSend] = deque()
         # Test seam: called just before a logical send's remainder is queued again.
@@ -258,6 +274,8 @@ class ScopeActor:
         """Queue a command; raises ``overloaded``/``unavailable`` instead of waiting."""
         if not self.accepting:
             raise _unavailable("scope actor is stopping; retry")
+        if isinstance(cmd, SendCommand) and cmd.deadline is None:
+            cmd.deadline = trio.current_time() + self._send_deadline
         try:
             self._send.send_nowait(cmd)
         except trio.WouldBlock:
@@ -413,7 +431,9 @@ class ScopeActor:
     # ------------------------------------------------------------ logical sends
 
     def _row_of(self, job: ChunkedSend) -> SendCommand:
-        return job.row_command(lambda result: self._row_done(job, result))
+        # Each row is a send of its own to the fence: its deadline starts at its turn.
+        deadline = trio.current_time() + self._send_deadline
+        return job.row_command(lambda result: self._row_done(job, result), deadline)
 
     def _row_done(self, job: ChunkedSend, result: SendResult | OperationError) -> None:
         """One row of a logical send was answered: continue, or answer the client."""
@@ -476,15 +496,22 @@ class ScopeActor:
     # ------------------------------------------------------------ sends
 
     async def _process_sends(self, cmds: list[SendCommand]) -> bool:
-        for attempt in range(COMMIT_ATTEMPTS):
+        """Commit ``cmds``, deciding them again after every fence loss; False
+        when the actor must stop (the database failed).
+
+        A loss means another writer (another node's actor) moved the scope:
+        the actor reloads and decides again on the database's history, so a
+        freshness gate that fails now answers ``held`` exactly as on one node.
+        Losses in a row back off (:mod:`actors.fence_backoff`); a send whose
+        deadline comes first is answered ``unavailable`` and nothing of it is
+        stored: its plan is dropped with the cache it was decided on.
+        """
+        losses = 0
+        while True:
             try:
-                return await self._try_sends(cmds, reloaded=attempt > 0)
+                return await self._try_sends(cmds, reloaded=losses > 0)
             except (FenceLost, IdempotencyRace) as exc:
-                log.info("scope_fence_retry", error=type(exc).__name__)
-                if isinstance(exc, IdempotencyRace) and self.state is not None:
-                    self.state.remember(exc.author_id, exc.client_message_id, exc.record)
-                if not await self._reload():
-                    break
+                race = exc if isinstance(exc, IdempotencyRace) else None
             except Exception as exc:
                 if isinstance(exc, trio.Cancelled):
                     raise
@@ -492,9 +519,37 @@ class ScopeActor:
                 for cmd in cmds:
                     cmd.reply(_unavailable("the message was not stored; retry"))
                 return False
+            losses += 1
+            self.fence_losses += 1
+            self._on_fence_lost()
+            wait = self._backoff.wait(losses, _rng)
+            log.info("scope_fence_retry", losses=losses, wait=round(wait, 4), race=bool(race))
+            cmds = self._within_deadline(cmds, trio.current_time() + wait)
+            if cmds and wait:
+                await trio.sleep(wait)
+            if not await self._reload():
+                for cmd in cmds:
+                    cmd.reply(_unavailable("scope state could not be loaded; retry"))
+                return False
+            if race is not None:
+                # Into the reloaded cache: the record may be older than its window.
+                assert self.state is not None
+                self.state.remember(race.author_id, race.client_message_id, race.record)
+            if not cmds:
+                return True
+
+    def _within_deadline(self, cmds: list[SendCommand], retry_at: float) -> list[SendCommand]:
+        """The sends that may still be retried at ``retry_at``; the others are
+        answered ``unavailable``."""
+        kept = []
         for cmd in cmds:
-            cmd.reply(_unavailable("could not commit after concurrent writers; retry"))
-        return False
+            if cmd.deadline is None:
+                cmd.deadline = trio.current_time() + self._send_deadline
+            if retry_at < cmd.deadline:
+                kept.append(cmd)
+            else:
+                cmd.reply(_unavailable("could not commit after concurrent writers; retry"))
+        return kept
 
     def _adopt(self, snapshot: ScopeSnapshot) -> None:
         self.state = ScopeState(snapshot)

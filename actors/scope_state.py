@@ -74,6 +74,9 @@ class SendCommand:
     recipient_members: tuple[Member, ...] = ()
     # Set on the rows of a chunked logical send (see actors/scope_actor.py).
     live_mentions: frozenset[str] | None = None
+    # When (trio's clock) the actor stops retrying a send whose commits lose
+    # the fence, and answers ``unavailable``; stamped by the actor when None.
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,6 +117,7 @@ async def serve_node(
             nursery.start_soon(reload_moderation_on_hup, services)
         metrics.gauges["sessions"] = lambda: float(len(services.sessions))
         metrics.gauges["actors"] = lambda: float(len(registry))
+        metrics.gauges["fence_losses"] = lambda: float(registry.fence_losses)
         governor = MemoryGovernor(registry, settings.memory_ceiling_mb * 2**20)
         metrics.gauges["resident_bytes"] = lambda: float(governor.last_rss)
         metrics.gauges["memory_ceiling_bytes"] = lambda: float(governor.ceiling_bytes)

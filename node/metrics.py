@@ -20,6 +20,10 @@ OUTBOX_STATES = ("pending", "leased", "delivered", "failed", "suppressed")
 GAUGE_HELP = {
     "sessions": "Live sessions on this node.",
     "actors": "Scope actors in memory on this node.",
+    "fence_losses": (
+        "Send batches decided again because the actor's cached scope was behind the"
+        " database (mostly: another node wrote the scope) since start (monotonic)."
+    ),
     "group_commit_statements": "Group-commit statements executed since start (monotonic).",
     "group_commit_sends": "Sends committed through the group committer since start (monotonic).",
     "resident_bytes": "Resident memory of the node process at the memory governor's last look.",

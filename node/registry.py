@@ -48,6 +48,9 @@ class ActorRegistry:
         row_limit: int = ROW_LIMIT,
     ) -> None:
         self._nursery = nursery
+        # Send batches decided again on a reloaded scope since start: a steady
+        # rise means two nodes host the same scopes at once.
+        self.fence_losses = 0
         self._row_limit = row_limit
         self._store = store
         self._publisher = publisher
@@ -92,6 +95,7 @@ class ActorRegistry:
             idle_timeout=None,
             on_send=self._on_send,
             row_limit=self._row_limit,
+            on_fence_lost=self._fence_lost,
         )
         try:
             await self._nursery.start(self._run, actor)
@@ -107,6 +111,9 @@ class ActorRegistry:
             del self._starting[scope_id]
             event.set()
         return actor
+
+    def _fence_lost(self) -> None:
+        self.fence_losses += 1
 
     async def _run(
         self, actor: ScopeActor, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

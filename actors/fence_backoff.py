@@ -1,0 +1,48 @@
+"""How long a scope actor waits after losing the send fence to another writer.
+
+Two nodes hosting one scope at once (a route moved, a client connected
+straight to a node) both append to it. The conditional update of
+``scopes.latest_seq`` lets one commit win each round; the loser reloads and
+decides its sends again. The winner, whose cache stays current, can commit
+again before the loser's retry lands, so a loser that always retries at once
+can keep losing for as long as the winner keeps writing. Waits drawn with
+full jitter from a range that doubles with each loss in a row (up to a cap)
+land the retries at scattered moments, and one of them finds the winner
+between two commits. The first retry after a loss is immediate: after a route
+moved, one reload catches the cache up and nobody is racing any more.
+
+Pure: the actor owns the clock and the sleeping; a send's deadline
+(:data:`SEND_DEADLINE`) bounds how long it is retried.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+# Seconds from the moment a send reaches its scope actor (a row of a logical
+# send: from its turn) until it is answered ``unavailable`` if its commits
+# keep losing the fence. A node draining waits as long for its actors.
+SEND_DEADLINE = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class FenceBackoff:
+    """Full jitter: after ``n`` losses in a row the wait is uniform in
+    ``[0, min(cap, base * 2**(n - 2))]``, and nothing after the first."""
+
+    base: float = 0.002
+    cap: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0 < self.base <= self.cap:
+            raise ValueError("FenceBackoff needs 0 < base <= cap")
+
+    def ceiling(self, losses: int) -> float:
+        """The longest wait before the retry that follows ``losses`` losses in a row."""
+        if losses <= 1:
+            return 0.0
+        return min(self.cap, self.base * 2.0 ** min(losses - 2, 64))
+
+    def wait(self, losses: int, rng: random.Random) -> float:
+        return rng.uniform(0.0, self.ceiling(losses))

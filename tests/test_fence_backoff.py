@@ -1,0 +1,280 @@
+"""A scope actor that keeps losing the send fence retries, backing off, until
+the send's deadline (actors/fence_backoff.py).
+
+The fence misses come through the actor's store port: a wrapper around the
+real PostgreSQL store either answers the commit with ``FenceLost`` (another
+writer that never lets go) or lets a second actor of the same scope commit
+first (another node), and every decision is checked against the database.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import pytest
+import trio
+
+from actors.fence_backoff import FenceBackoff
+from actors.model import Member, MemberType, ScopeSnapshot
+from actors.planner import MessagePlan, MutationPlan
+from actors.ports import (
+    CommittedMutation,
+    CommittedSend,
+    FenceLost,
+    ReactionActivity,
+    ThreadActivity,
+)
+from actors.scope_actor import ScopeActor
+from actors.scope_state import SendCommand
+from node.database import autocommit
+from protocol.errors import ErrorCode, OperationError
+from protocol.frames import FreshnessIn, SendResult
+from storage import directory, scopes
+from storage.pg import Pool, open_pool
+from storage.store import PgScopeStore
+
+WAIT = 10.0
+
+
+def test_the_first_retry_is_at_once_and_later_waits_double_up_to_the_cap() -> None:
+    backoff = FenceBackoff(base=0.002, cap=0.05)
+    assert [backoff.ceiling(n) for n in range(1, 8)] == [
+        0.0,
+        0.002,
+        0.004,
+        0.008,
+        0.016,
+        0.032,
+        0.05,
+    ]
+    assert backoff.ceiling(10_000) == 0.05
+    rng = random.Random(7)
+    waits = [backoff.wait(6, rng) for _ in range(200)]
+    assert all(0.0 <= w <= 0.032 for w in waits)
+    assert len(set(waits)) == len(waits)  # jitter: no two losers wait alike
+    with pytest.raises(ValueError, match="base"):
+        FenceBackoff(base=0.0)
+
+
+class Published:
+    """The seqs an actor handed to its publisher (only ever committed ones)."""
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        yield
+
+    def publish_messages(
+        self, scope_id: str, sends: Sequence[tuple[MessagePlan, CommittedSend]]
+    ) -> None:
+        self.seqs.extend(commit.seq for _, commit in sends)
+
+    def publish_membership(
+        self, scope_id: str, member_id: str, op: str, visibility: str, audience: frozenset[str]
+    ) -> None:
+        pass
+
+    def publish_thread(self, activity: ThreadActivity) -> None:
+        pass
+
+    def publish_mutation(self, plan: MutationPlan, commit: CommittedMutation) -> None:
+        pass
+
+    def publish_reaction(self, activity: ReactionActivity) -> None:
+        pass
+
+
+class LosingStore(PgScopeStore):
+    """The real store, whose next ``losses`` commits lose the fence without
+    writing, and whose ``before_commit`` runs once before the next real commit."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__(pool)
+        self.losses = 0
+        self.commits_tried = 0
+        self.before_commit: Callable[[], Awaitable[None]] | None = None
+        self.loads_fail = False
+
+    async def load_scope(self, scope_id: str) -> ScopeSnapshot:
+        if self.loads_fail:
+            raise OSError("database unreachable")
+        return await super().load_scope(scope_id)
+
+    async def apply_sends(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
+        self.commits_tried += 1
+        if self.losses:
+            self.losses -= 1
+            raise FenceLost(plans[0].intent.scope_id)
+        hook, self.before_commit = self.before_commit, None
+        if hook is not None:
+            await hook()
+        return await super().apply_sends(plans)
+
+
+class Answer:
+    """The one reply to a submitted send."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: SendResult | OperationError | None = None
+
+    def __call__(self, result: SendResult | OperationError) -> None:
+        self.result = result
+        self.done.set()
+
+    async def wait(self) -> SendResult | OperationError:
+        with trio.fail_after(WAIT):
+            await self.done.wait()
+        assert self.result is not None
+        return self.result
+
+
+def submit(actor: ScopeActor, author: Member, cmid: str, seen: int | None = None) -> Answer:
+    answer = Answer()
+    freshness = (
+        None if seen is None else FreshnessIn(target_key=actor.scope_id, seen_up_to_seq=seen)
+    )
+    actor.submit_nowait(SendCommand(author, cmid, cmid, reply=answer, freshness=freshness))
+    return answer
+
+
+async def send(
+    actor: ScopeActor, author: Member, cmid: str, seen: int | None = None
+) -> SendResult | OperationError:
+    return await submit(actor, author, cmid, seen).wait()
+
+
+async def stored(pool: Pool, scope_id: str) -> list[tuple[int, str]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT seq, client_message_id FROM scope_messages WHERE scope_id = %s ORDER BY seq",
+            (scope_id,),
+        )
+        return [(int(seq), str(cmid)) for seq, cmid in await cur.fetchall()]
+
+
+async def channel(pool: Pool, name: str) -> tuple[str, Member]:
+    async with pool.connection() as conn:
+        workspace_id = await directory.create_workspace(conn, name)
+        ann = await directory.create_member(
+            conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle="ann"
+        )
+        scope_id = await scopes.create_channel(
+            conn, creator=ann, slug="c", name="c", visibility="public", description=""
+        )
+    return scope_id, ann
+
+
+async def test_a_send_outlasting_many_fence_losses_is_sent_not_unavailable(
+    database_url: str,
+) -> None:
+    async with (
+        open_pool(database_url, size=4, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        scope_id, ann = await channel(pool, "losing")
+        store = LosingStore(pool)
+        actor = ScopeActor(scope_id, store, Published())
+        await nursery.start(actor.run)
+        store.losses = 8  # more than any fixed number of quick retries would take
+        result = await send(actor, ann, "a")
+        assert isinstance(result, SendResult), result
+        assert (result.state, result.accepted_seq) == ("sent", 1)
+        assert (store.losses, actor.fence_losses, store.commits_tried) == (0, 8, 9)
+        assert await stored(pool, scope_id) == [(1, "a")]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_send_whose_deadline_passes_is_unavailable_and_the_actor_serves_on(
+    database_url: str,
+) -> None:
+    async with (
+        open_pool(database_url, size=4, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        scope_id, ann = await channel(pool, "deadline")
+        store = LosingStore(pool)
+        published = Published()
+        actor = ScopeActor(scope_id, store, published, send_deadline=0.3)
+        await nursery.start(actor.run)
+        store.losses = 1_000_000
+        started = trio.current_time()
+        result = await send(actor, ann, "a")
+        took = trio.current_time() - started
+        assert isinstance(result, OperationError), result
+        assert result.code is ErrorCode.UNAVAILABLE
+        assert 0.2 < took < 5.0, took  # the deadline, not the default ten seconds
+        assert actor.fence_losses > 3
+        assert (await stored(pool, scope_id), published.seqs) == ([], [])
+        # Nothing half-decided is left behind: the next send is seq 1.
+        store.losses = 0
+        again = await send(actor, ann, "b")
+        assert isinstance(again, SendResult), again
+        assert (again.state, again.accepted_seq) == ("sent", 1)
+        assert (await stored(pool, scope_id), published.seqs) == ([(1, "b")], [1])
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_unreachable_database_answers_unavailable_at_once(database_url: str) -> None:
+    async with (
+        open_pool(database_url, size=4, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        scope_id, ann = await channel(pool, "down")
+        store = LosingStore(pool)
+        actor = ScopeActor(scope_id, store, Published())
+        await nursery.start(actor.run)
+        store.losses, store.loads_fail = 1, True
+        with trio.fail_after(1.0):  # far under the send's deadline
+            result = await send(actor, ann, "a")
+        assert isinstance(result, OperationError), result
+        assert result.code is ErrorCode.UNAVAILABLE
+        assert "could not be loaded" in result.message
+        nursery.cancel_scope.cancel()
+
+
+async def test_after_losing_to_another_node_freshness_answers_as_on_one_node(
+    database_url: str,
+) -> None:
+    """Actor B (another node) commits between actor A's decision and A's
+    commit: A reloads, and its sends are decided on the new history — the one
+    that had seen nothing is held at B's seq, the plain one lands after it,
+    and a send that had seen B's message is sent right after."""
+    async with (
+        open_pool(database_url, size=4, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        scope_id, ann = await channel(pool, "fresh")
+        store = LosingStore(pool)
+        published = Published()
+        a = ScopeActor(scope_id, store, published)
+        b = ScopeActor(scope_id, PgScopeStore(pool), Published())
+        await nursery.start(a.run)
+        await nursery.start(b.run)
+        other: list[SendResult | OperationError] = []
+
+        async def b_first() -> None:
+            other.append(await send(b, ann, "b"))
+
+        store.before_commit = b_first
+        # Queued together, in this order: one decision, one commit, one loss.
+        fresh_answer = submit(a, ann, "fresh", 0)
+        plain_answer = submit(a, ann, "plain")
+        fresh, plain = await fresh_answer.wait(), await plain_answer.wait()
+        assert isinstance(other[0], SendResult)
+        assert (other[0].state, other[0].accepted_seq) == ("sent", 1)
+        assert isinstance(fresh, SendResult), fresh
+        assert isinstance(plain, SendResult), plain
+        assert (fresh.state, fresh.needs_refresh_until_seq) == ("held", 1)
+        assert (plain.state, plain.accepted_seq) == ("sent", 2)
+        assert a.fence_losses == 1
+        after = await send(a, ann, "seen", 2)
+        assert isinstance(after, SendResult), after
+        assert (after.state, after.accepted_seq) == ("sent", 3)
+        assert await stored(pool, scope_id) == [(1, "b"), (2, "plain"), (3, "seen")]
+        assert published.seqs == [2, 3]
+        nursery.cancel_scope.cancel()
