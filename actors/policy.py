@@ -181,6 +181,15 @@ def can_remove(scope: ScopeInfo, ctx: VisibilityContext, actor: Member, target: 
     return Decision(True, "channel_owner")
 
 
+def knows_member(member: Member, other: Member) -> bool:
+    """Whether ``other`` exists for ``member`` at all (as ``people`` lists it).
+
+    A private agent exists only for its owner and itself: anyone else who names
+    it is answered as if no such member existed, so its id reveals nothing.
+    """
+    return not other.is_private_agent or member.id in (other.id, other.owner_member_id)
+
+
 def can_open_dm(member: Member, other: Member) -> Decision:
     """``dm:<id>``: a DM has exactly its two members, fixed at creation.
 

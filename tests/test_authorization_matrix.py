@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from actors.ids import new_id
 from actors.model import MemberType
 from node.client import Client
 from tests.nodes import Person, World, running_node
@@ -46,7 +47,7 @@ UNLISTED = "not listed"
 PUBLIC_CHANNEL = "public channel"
 PRIVATE_CHANNEL = "private channel"
 DM = "DM"
-THREAD = "thread"
+THREAD = "thread of a private channel"
 SCOPE_KINDS = (PUBLIC_CHANNEL, PRIVATE_CHANNEL, DM, THREAD)
 
 ACTORS: dict[str, tuple[str, str]] = {
@@ -188,97 +189,110 @@ SENDING = frozenset({"send", "edit", "delete"})
 F, NF = FORBIDDEN, NOT_FOUND
 L, U = LISTED, UNLISTED
 # fmt: off
-_CHANNEL_READS: dict[str, tuple[str | None, ...]] = {
-    #                  member owner former outsider foreign own_agent other_agent
-    "send":            (OK,   OK,   F,     F,       NF,     OK,       F),
-    "history":         (OK,   OK,   F,     F,       NF,     OK,       F),
-    "search":          (OK,   OK,   F,     F,       NF,     OK,       F),
-    "markRead":        (OK,   OK,   F,     F,       NF,     OK,       F),
-    "react":           (OK,   OK,   F,     F,       NF,     OK,       F),
-    "edit":            (OK,   F,    F,     F,       NF,     F,        F),
-    "delete":          (OK,   OK,   F,     F,       NF,     F,        F),
-    "members":         (OK,   OK,   F,     F,       NF,     OK,       F),
-}
-_CHANNEL_REST: dict[str, tuple[str | None, ...]] = {
-    "leave":           (OK,   OK,   OK,    OK,      NF,     OK,       OK),
-    "invite":          (OK,   OK,   F,     F,       NF,     F,        F),
-    "invite own agent":      (OK, OK, F,  F,  NF, NA, NA),
-    "invite owner's agent":  (F,  OK, F,  F,  NF, F,  F),
-    "remove member":         (F,  OK, F,  F,  NF, F,  F),
-    "remove owner's agent":  (F,  OK, F,  F,  NF, F,  F),
-    "remove owner":          (F,  F,  F,  F,  NF, F,  F),
-    "grant":           (OK,   OK,   F,     F,       NF,     F,        F),
-    "revokeGrant":     (OK,   NF,   NF,    NF,      NF,     NF,       NF),
-    "setNotification": (OK,   OK,   F,     F,       NF,     OK,       F),
-}
-_CHANNEL_PEOPLE = (U,    L,    U,     U,       U,      L,        U)
-_CHANNEL_NO_THREAD = (NA, NA,   NA,    NA,      NA,     NA,       NA)
 MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
     PUBLIC_CHANNEL: {
-        **_CHANNEL_READS,
-        "join":        (OK,   OK,   OK,    OK,      NF,     F,        F),
-        **_CHANNEL_REST,
-        "channels":    (L,    L,    L,     L,       U,      L,        L),
-        "people":      _CHANNEL_PEOPLE,
-        "thread summary": _CHANNEL_NO_THREAD,
+        #                  member owner former outsider foreign own_agent other_agent
+        "send":            (OK,   OK,   F,     F,       NF,     OK,       F),
+        "history":         (OK,   OK,   F,     F,       NF,     OK,       F),
+        "search":          (OK,   OK,   F,     F,       NF,     OK,       F),
+        "markRead":        (OK,   OK,   F,     F,       NF,     OK,       F),
+        "react":           (OK,   OK,   F,     F,       NF,     OK,       F),
+        "edit":            (OK,   F,    F,     F,       NF,     F,        F),
+        "delete":          (OK,   OK,   F,     F,       NF,     F,        F),
+        "members":         (OK,   OK,   F,     F,       NF,     OK,       F),
+        "join":            (OK,   OK,   OK,    OK,      NF,     F,        F),
+        "leave":           (OK,   OK,   OK,    OK,      NF,     OK,       OK),
+        "invite":          (OK,   OK,   F,     F,       NF,     F,        F),
+        "invite own agent":      (OK, OK, F,  F,  NF, NA, NA),
+        "invite owner's agent":  (F,  OK, F,  F,  NF, F,  F),
+        "remove member":         (F,  OK, F,  F,  NF, F,  F),
+        "remove owner's agent":  (F,  OK, F,  F,  NF, F,  F),
+        "remove owner":          (F,  F,  F,  F,  NF, F,  F),
+        "grant":           (OK,   OK,   F,     F,       NF,     F,        F),
+        "revokeGrant":     (OK,   NF,   NF,    NF,      NF,     NF,       NF),
+        "setNotification": (OK,   OK,   F,     F,       NF,     OK,       F),
+        "channels":        (L,    L,    L,     L,       U,      L,        L),
+        "people":          (U,    L,    U,     U,       U,      L,        U),
+        "thread summary":  (NA,   NA,   NA,    NA,      NA,     NA,       NA),
     },
+    # Whoever never belonged to a private channel is answered as if it did not
+    # exist: the outsider and the other owner's private agent get not_found.
     PRIVATE_CHANNEL: {
-        **_CHANNEL_READS,
-        "join":        (F,    F,    F,     F,       NF,     F,        F),
-        **_CHANNEL_REST,
-        "channels":    (L,    L,    U,     U,       U,      L,        U),
-        "people":      _CHANNEL_PEOPLE,
-        "thread summary": _CHANNEL_NO_THREAD,
+        #                  member owner former outsider foreign own_agent other_agent
+        "send":            (OK,   OK,   F,     NF,      NF,     OK,       NF),
+        "history":         (OK,   OK,   F,     NF,      NF,     OK,       NF),
+        "search":          (OK,   OK,   F,     NF,      NF,     OK,       NF),
+        "markRead":        (OK,   OK,   F,     NF,      NF,     OK,       NF),
+        "react":           (OK,   OK,   F,     NF,      NF,     OK,       NF),
+        "edit":            (OK,   F,    F,     NF,      NF,     F,        NF),
+        "delete":          (OK,   OK,   F,     NF,      NF,     F,        NF),
+        "members":         (OK,   OK,   F,     NF,      NF,     OK,       NF),
+        "join":            (F,    F,    F,     NF,      NF,     F,        NF),
+        "leave":           (OK,   OK,   OK,    NF,      NF,     OK,       NF),
+        "invite":          (OK,   OK,   F,     NF,      NF,     F,        NF),
+        "invite own agent":      (OK, OK, F,  NF, NF, NA, NA),
+        "invite owner's agent":  (F,  OK, F,  NF, NF, F,  NF),
+        "remove member":         (F,  OK, F,  NF, NF, F,  NF),
+        "remove owner's agent":  (F,  OK, F,  NF, NF, F,  NF),
+        "remove owner":          (F,  F,  F,  NF, NF, F,  NF),
+        "grant":           (OK,   OK,   F,     NF,      NF,     F,        NF),
+        "revokeGrant":     (OK,   NF,   NF,    NF,      NF,     NF,       NF),
+        "setNotification": (OK,   OK,   F,     NF,      NF,     OK,       NF),
+        "channels":        (L,    L,    U,     U,       U,      L,        U),
+        "people":          (U,    L,    U,     U,       U,      L,        U),
+        "thread summary":  (NA,   NA,   NA,    NA,      NA,     NA,       NA),
     },
     DM: {
         #                  member third foreign other_agent
-        "send":            (OK,   F,    NF,     F),
-        "history":         (OK,   F,    NF,     F),
-        "search":          (OK,   F,    NF,     F),
-        "markRead":        (OK,   F,    NF,     F),
-        "react":           (OK,   F,    NF,     F),
-        "edit":            (OK,   F,    NF,     F),
-        "delete":          (OK,   F,    NF,     F),
-        "members":         (OK,   F,    NF,     F),
-        "join":            (F,    F,    NF,     F),
-        "leave":           (F,    F,    NF,     F),
-        "invite":          (F,    F,    NF,     F),
-        "invite own agent":     (F,  F,  NF, NA),
+        "send":            (OK,   NF,   NF,     NF),
+        "history":         (OK,   NF,   NF,     NF),
+        "search":          (OK,   NF,   NF,     NF),
+        "markRead":        (OK,   NF,   NF,     NF),
+        "react":           (OK,   NF,   NF,     NF),
+        "edit":            (OK,   NF,   NF,     NF),
+        "delete":          (OK,   NF,   NF,     NF),
+        "members":         (OK,   NF,   NF,     NF),
+        "join":            (F,    NF,   NF,     NF),
+        "leave":           (F,    NF,   NF,     NF),
+        "invite":          (F,    NF,   NF,     NF),
+        "invite own agent":     (F,  NF, NF, NA),
         "invite owner's agent": (NA, NA, NA, NA),
-        "remove member":        (F,  F,  NF, F),
+        "remove member":        (F,  NF, NF, NF),
         "remove owner's agent": (NA, NA, NA, NA),
         "remove owner":         (NA, NA, NA, NA),
-        "grant":           (OK,   F,    NF,     F),
+        "grant":           (OK,   NF,   NF,     NF),
         "revokeGrant":     (OK,   NF,   NF,     NF),
-        "setNotification": (OK,   F,    NF,     F),
+        "setNotification": (OK,   NF,   NF,     NF),
         "channels":        (NA,   NA,   NA,     NA),
         "people":          (L,    U,    U,      U),
         "thread summary":  (NA,   NA,   NA,     NA),
     },
+    # The thread of a private channel: it exists for whoever ever belonged to
+    # the parent or the thread (the thread poster who left the parent).
     THREAD: {
         #                  member outsider foreign own_agent other_agent leaver
-        "send":            (OK,   F,       NF,     OK,       F,          F),
-        "history":         (OK,   F,       NF,     OK,       F,          F),
-        "search":          (OK,   F,       NF,     OK,       F,          F),
-        "markRead":        (OK,   F,       NF,     OK,       F,          F),
-        "react":           (OK,   F,       NF,     OK,       F,          F),
-        "edit":            (OK,   F,       NF,     F,        F,          F),
-        "delete":          (OK,   F,       NF,     F,        F,          F),
-        "members":         (OK,   F,       NF,     OK,       F,          F),
-        "join":            (F,    F,       NF,     F,        F,          F),
-        "leave":           (OK,   OK,      NF,     OK,       OK,         OK),
-        "invite":          (F,    F,       NF,     F,        F,          F),
-        "invite own agent":     (F,  F,  NF, NA, NA, F),
-        "invite owner's agent": (F,  F,  NF, F,  F,  F),
-        "remove member":        (F,  F,  NF, F,  F,  F),
-        "remove owner's agent": (F,  F,  NF, F,  F,  F),
+        "send":            (OK,   NF,      NF,     OK,       NF,         F),
+        "history":         (OK,   NF,      NF,     OK,       NF,         F),
+        "search":          (OK,   NF,      NF,     OK,       NF,         F),
+        "markRead":        (OK,   NF,      NF,     OK,       NF,         F),
+        "react":           (OK,   NF,      NF,     OK,       NF,         F),
+        "edit":            (OK,   NF,      NF,     F,        NF,         F),
+        "delete":          (OK,   NF,      NF,     F,        NF,         F),
+        "members":         (OK,   NF,      NF,     OK,       NF,         F),
+        "join":            (F,    NF,      NF,     F,        NF,         F),
+        "leave":           (OK,   NF,      NF,     OK,       NF,         OK),
+        "invite":          (F,    NF,      NF,     F,        NF,         F),
+        "invite own agent":     (F,  NF, NF, NA, NA, F),
+        "invite owner's agent": (F,  NF, NF, F,  NF, F),
+        "remove member":        (F,  NF, NF, F,  NF, F),
+        "remove owner's agent": (F,  NF, NF, F,  NF, F),
         "remove owner":         (NA, NA, NA, NA, NA, NA),
-        "grant":           (OK,   F,       NF,     F,        F,          F),
+        "grant":           (OK,   NF,      NF,     F,        NF,         F),
         "revokeGrant":     (OK,   NF,      NF,     NF,       NF,         NF),
-        "setNotification": (OK,   F,       NF,     OK,       F,          F),
+        "setNotification": (OK,   NF,      NF,     OK,       NF,         F),
         "channels":        (NA,   NA,      NA,     NA,       NA,         NA),
         "people":          (U,    U,       U,      L,        U,          U),
-        "thread summary":  (L,    F,       NF,     U,        F,          F),
+        "thread summary":  (L,    NF,      NF,     U,        NF,         F),
     },
 }
 # fmt: on
@@ -296,6 +310,81 @@ def expected_cells() -> dict[tuple[str, str, str], str]:
                 if answer is not None:
                     cells[(kind, op, actor)] = answer
     return cells
+
+
+# ---------------------------------------------------------------- private scopes read as missing
+#
+# Each probe is one request naming a private scope, or a message of one, in
+# one of the ways a request can. Asked by someone who never belonged to the
+# scope, it must get the very frame the same request naming nothing gets.
+# ``{…}`` are filled with the private scope's names, or with names of nothing.
+
+_TARGETS: dict[str, str] = {
+    # the target → how the doc names it
+    "#{slug}": "`#slug`",
+    "#{slug}:{root}": "`#slug:<root>`",
+    "scope:{channel}": "`scope:<channel>`",
+    "scope:{thread}": "`scope:<thread>`",
+    "scope:{dm}": "`scope:<DM>`",
+    "task:{channel}": "`task:<channel>`",
+    "dm:{agent}": "`dm:<another owner's private agent>`",
+}
+_SCOPE_IDS: dict[str, str] = {"channel": "channel", "thread": "thread", "dm": "DM"}
+_MESSAGE_IDS: dict[str, str] = {"in_channel": "channel", "in_thread": "thread", "in_dm": "DM"}
+_BY_SCOPE_ID: dict[str, dict[str, Any]] = {
+    "members": {},
+    "join": {},
+    "leave": {},
+    "invite": {"memberId": "{member}"},
+    "remove": {"memberId": "{member}"},
+    "setNotification": {"state": "quiet"},
+    "markRead": {"seq": 1},
+    "grant": {"granteeMemberId": "{member}"},
+    "search": {"query": "hi"},
+}
+_BY_MESSAGE_ID: dict[str, dict[str, Any]] = {
+    "edit": {"content": "changed"},
+    "delete": {},
+    "react": {"emoji": ":+1:"},
+}
+
+
+def _probes() -> list[tuple[str, str, dict[str, Any]]]:
+    """(op, what names the scope, request fields) for every op that names a
+    scope, in every form."""
+    by_target = [
+        (op, shown, {"type": op, "target": target})
+        for op in ("send", "history")
+        for target, shown in _TARGETS.items()
+    ]
+    by_scope_id = [
+        (op, f"`scopeId` of the {shown}", {"type": op, "scopeId": f"{{{name}}}", **fields})
+        for op, fields in _BY_SCOPE_ID.items()
+        for name, shown in _SCOPE_IDS.items()
+    ]
+    by_message_id = [
+        (op, f"a message of the {shown}", {"type": op, "messageId": f"{{{name}}}", **fields})
+        for op, fields in _BY_MESSAGE_ID.items()
+        for name, shown in _MESSAGE_IDS.items()
+    ]
+    forwards = [
+        (
+            "send with forward",
+            f"a message of the {shown}",
+            {
+                "type": "send",
+                "target": "#{slug}",
+                "forward": {"mode": "single", "sources": [{"messageId": f"{{{name}}}"}]},
+            },
+        )
+        for name, shown in _MESSAGE_IDS.items()
+    ]
+    # Search terms never fail: a channel the caller may not know has no hits for it.
+    in_channel = ("search in:", "`in:#slug`", {"type": "search", "query": "hi in:#{slug}"})
+    return [*by_target, *by_scope_id, *by_message_id, *forwards, in_channel]
+
+
+PROBES = _probes()
 
 
 # ---------------------------------------------------------------- the document
@@ -320,11 +409,24 @@ The rules in short:
 
 - A scope answers `not_found` to a member of another workspace, whatever it
   asks: scopes, messages and grants of other workspaces do not exist for it.
+- A private scope (a private channel, a DM, a thread of a private channel)
+  does not exist for a member that never belonged to it (or, for a thread, to
+  its parent), nor for a private agent that no explicit context opened it to:
+  every op and every way of naming it (`#slug`, `#slug:<root>`, `scope:<id>`,
+  `task:<id>`, a `scopeId`, the id of one of its messages) answers exactly as
+  for a scope that does not exist: the same `not_found` code, message and
+  `details`, from the same one database statement. The one exception is
+  `createChannel`, whose `validation_failed` says a slug is taken, private
+  channel or not: a workspace cannot hold two channels of one slug. Public
+  channels, and their threads, exist for every member of the workspace: an
+  outsider gets `forbidden` there. `dm:<id>` of another owner's private agent
+  answers as an unknown member (`not_found`).
 - Reading (`history`, `members`, `search`, `react`) and writing (`send`,
   `markRead`, `setNotification`) need current membership: a public one for
   humans and public agents, any membership interval for a private agent, which
-  then reads only the rows it may see. A former member, an outsider and
-  another owner's private agent get `forbidden`.
+  then reads only the rows it may see. Whoever else the scope exists for (a
+  former member; in a public channel an outsider or another owner's private
+  agent) gets `forbidden`.
 - Channels: a current public member invites humans and public agents; a
   private agent is added (`visibility: private`) only by its owner, where the
   owner is a current public member; private agents never invite, join or
@@ -351,6 +453,16 @@ The rules in short:
 - `search` with `scopeId` checks first that the caller may read the scope,
   as `history` does; hits are only messages `history` would show it.
 """
+
+
+_PROBES_INTRO = """\
+A private channel with a thread, a DM, and a private agent of the channel's
+owner; asking are the *outsider* and the *other's private agent*, neither of
+which ever belonged to them. Each request below is sent twice: once naming
+the private scope (or one of its messages, or the private agent) and once
+naming one that does not exist. The two answers must be the same frame,
+`code`, `message` (with the slug named in its place) and `details` alike,
+and, but for `search` terms, a `not_found` `error`."""
 
 
 def _cell(answer: str | None) -> str:
@@ -380,6 +492,12 @@ def render() -> str:
             if all(answer is None for answer in answers):
                 continue
             lines.append(f"| {op} | " + " | ".join(_cell(a) for a in answers) + " |")
+    lines += ["", "## Private scopes read as missing ones", "", _PROBES_INTRO, ""]
+    lines += ["| op | names the private scope by |", "| --- | --- |"]
+    forms_of: dict[str, list[str]] = {}
+    for op, form, _ in PROBES:
+        forms_of.setdefault(op, []).append(form)
+    lines += [f"| {op} | {', '.join(forms)} |" for op, forms in forms_of.items()]
     lines += ["", "## Combinations that cannot exist", ""]
     lines += [f"- {what}: {why}." for what, why in LEFT_OUT]
     lines.append(
@@ -739,6 +857,116 @@ async def test_authorization_matrix(database_url: str, tmp_path: Path) -> None:
     assert not wrong, f"{len(wrong)} of {len(expected)} cells differ:\n" + "\n".join(
         f"  {kind} / {op} / {actor}: expected {want}, got {have}"
         for (kind, op, actor), (want, have) in sorted(wrong.items())
+    )
+
+
+# Same length, so the names cannot differ in anything but their letters.
+HIDDEN_SLUG = "hidden-a"
+MISSING_SLUG = "absent-a"
+
+
+def _fill(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return value.format(**names)
+    if isinstance(value, dict):
+        return {key: _fill(item, names) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fill(item, names) for item in value]
+    return value
+
+
+def _compared(answer: dict[str, Any], slug: str) -> dict[str, Any]:
+    """The frame as the two answers must share it: without the request id, the slug
+    named in its place."""
+    shown = {key: value for key, value in answer.items() if key != "id"}
+    if "message" in shown:
+        shown["message"] = shown["message"].replace(slug, "<slug>")
+    return shown
+
+
+async def _hidden_names(owner: Client, bob: Person, agent: Person) -> dict[str, str]:
+    """A private channel with a thread, a DM and the owner's private agent."""
+
+    async def sent(target: str, content: str) -> dict[str, Any]:
+        return await owner.request(
+            "send", target=target, content=content, clientMessageId=f"hide-{content}"
+        )
+
+    channel = await owner.request(
+        "createChannel", slug=HIDDEN_SLUG, name="Hidden", visibility="private"
+    )
+    await owner.request(
+        "invite", scopeId=channel["scopeId"], memberId=agent.id, visibility="private"
+    )
+    root = await sent(f"#{HIDDEN_SLUG}", "root")
+    in_thread = await sent(f"#{HIDDEN_SLUG}:{root['messageId']}", "reply")
+    in_dm = await sent(f"dm:{bob.id}", "between-us")
+    return {
+        "slug": HIDDEN_SLUG,
+        "root": root["messageId"],
+        "channel": channel["scopeId"],
+        "thread": in_thread["targetKey"],
+        "dm": in_dm["targetKey"],
+        "agent": agent.id,
+        "in_channel": root["messageId"],
+        "in_thread": in_thread["messageId"],
+        "in_dm": in_dm["messageId"],
+        "member": bob.id,
+    }
+
+
+def _missing_names(bob: Person) -> dict[str, str]:
+    """Well-formed names of nothing (the same kinds of ids, never issued)."""
+    return {
+        "slug": MISSING_SLUG,
+        "root": new_id("msg"),
+        "channel": new_id("scp"),
+        "thread": new_id("scp"),
+        "dm": new_id("scp"),
+        "agent": new_id("mem"),
+        "in_channel": new_id("msg"),
+        "in_thread": new_id("msg"),
+        "in_dm": new_id("msg"),
+        "member": bob.id,
+    }
+
+
+async def test_private_scopes_answer_as_missing_ones(database_url: str, tmp_path: Path) -> None:
+    differ: list[str] = []
+    with trio.fail_after(TIMEOUT):
+        async with running_node(database_url, tmp_path) as node:
+            world = await World.create(node, "hidden")
+            owner = await world.member("owner")
+            bob = await world.member("bob")
+            eve = await world.member("eve")
+            agent = await world.member("pa", MemberType.AGENT, owner=owner, private=True)
+            eves_agent = await world.member("ea", MemberType.AGENT, owner=eve, private=True)
+            async with (
+                world.client(owner) as o,
+                world.client(eve) as e,
+                world.client(eves_agent, kind="daemon") as ea,
+            ):
+                hidden = await _hidden_names(o, bob, agent)
+                missing = _missing_names(bob)
+                ids = itertools.count(1)
+                for who, client in (("outsider", e), ("other's private agent", ea)):
+                    for op, form, fields in PROBES:
+                        answers = []
+                        for names in (hidden, missing):
+                            request = _fill(fields, names)
+                            request["id"] = f"p{next(ids)}"
+                            if request["type"] == "send":
+                                request |= {"content": "hi", "clientMessageId": request["id"]}
+                            answers.append(await client.request_frame(request))
+                        seen, absent = (
+                            _compared(answers[0], HIDDEN_SLUG),
+                            _compared(answers[1], MISSING_SLUG),
+                        )
+                        expected_error = op != "search in:"
+                        if seen != absent or (expected_error and seen.get("code") != NOT_FOUND):
+                            differ.append(f"  {who} / {op} / {form}: {seen} vs {absent}")
+    assert not differ, f"{len(differ)} of {2 * len(PROBES)} probes tell them apart:\n" + "\n".join(
+        differ
     )
 
 

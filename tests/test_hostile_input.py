@@ -262,14 +262,14 @@ async def test_operation_errors(database_url: str, tmp_path: Path) -> None:
             )
             assert (await a.send("#general", "one"))["acceptedSeq"] == 1
 
-            # A non-member sends to and reads a private channel.
+            # A non-member sends to and reads a private channel: it does not exist for it.
             for target in ("#secret", f"scope:{secret_id['scopeId']}"):
                 with pytest.raises(ClientError) as failed:
                     await b.send(target, "let me in")
-                assert failed.value.code == "forbidden"
+                assert failed.value.code == "not_found"
                 with pytest.raises(ClientError) as failed:
                     await b.history(target)
-                assert failed.value.code == "forbidden"
+                assert failed.value.code == "not_found"
 
             # A non-member sends to and reads a public channel it has not joined.
             with pytest.raises(ClientError) as failed:

@@ -61,9 +61,10 @@ async def test_hole_1_dm_member_cannot_add_a_third_person(
         async with world.client(ann) as a, world.client(eve) as e:
             dm = (await a.send(f"dm:{bob.id}", "just between us"))["targetKey"]
             await refused(a.request("invite", scopeId=dm, memberId=eve.id))
-            await refused(e.request("join", scopeId=dm))
+            # The DM does not exist for eve.
+            await refused(e.request("join", scopeId=dm), "not_found")
             assert await member_ids(a, dm) == {ann.id, bob.id}
-            await refused(e.history(f"scope:{dm}"))
+            await refused(e.history(f"scope:{dm}"), "not_found")
 
 
 async def test_hole_1_thread_member_cannot_invite_into_a_private_channels_thread(
@@ -83,8 +84,9 @@ async def test_hole_1_thread_member_cannot_invite_into_a_private_channels_thread
             thread = (await a.send(f"#secret:{root['messageId']}", "in the thread"))["targetKey"]
             await refused(a.request("invite", scopeId=thread, memberId=eve.id))
             await refused(o.request("invite", scopeId=thread, memberId=eve.id))
-            await refused(e.request("join", scopeId=thread))
-            await refused(e.history(f"scope:{thread}"))
+            # The private channel's thread does not exist for eve.
+            await refused(e.request("join", scopeId=thread), "not_found")
+            await refused(e.history(f"scope:{thread}"), "not_found")
 
 
 async def test_hole_1_private_agent_never_invites(database_url: str, tmp_path: Path) -> None:
@@ -105,7 +107,7 @@ async def test_hole_1_private_agent_never_invites(database_url: str, tmp_path: P
             await o.send("#secret", "history eve must not see")
             error = await refused(p.request("invite", scopeId=channel, memberId=eve.id))
             assert error["details"]["reason"] == "private_agent_never_invites"
-            await refused(e.history("#secret"))
+            await refused(e.history("#secret"), "not_found")
             assert await member_ids(o, channel) == {owner.id, agent.id}
 
 
@@ -146,8 +148,9 @@ async def test_hole_4_dm_never_names_another_owners_private_agent(
             world.client(agent) as p,
             world.client(eve) as e,
         ):
-            error = await refused(e.send(f"dm:{agent.id}", "hello agent"))
-            assert error["details"]["reason"] == "other_owners_private_agent"
+            # Another owner's private agent is no member at all for eve.
+            error = await refused(e.send(f"dm:{agent.id}", "hello agent"), "not_found")
+            assert error["message"] == "no such member"
             # Nor may the private agent open a DM with anyone but its owner.
             await refused(p.send(f"dm:{eve.id}", "hello eve"))
 
@@ -159,7 +162,7 @@ async def test_hole_4_dm_never_names_another_owners_private_agent(
             assert members[owner.id]["visibility"] == "public"
             # The same DM from the agent's side.
             assert (await p.send(f"dm:{owner.id}", "hi"))["targetKey"] == dm
-            await refused(e.history(f"scope:{dm}"))
+            await refused(e.history(f"scope:{dm}"), "not_found")
 
 
 async def test_hole_5_leaving_a_private_channel_ends_reading_its_threads(

@@ -86,12 +86,13 @@ async def test_quotes_and_forwards_are_rechecked_per_viewer(
             (resumed,) = [e for e in events if e.get("message", {}).get("id") == multi["messageId"]]
             assert resumed["message"]["sources"] == expected_for_bob
 
-            # Bob may not forward what he cannot read; nothing is stored.
+            # Bob may not forward what he cannot read (a message of a private
+            # channel he never joined does not exist for him); nothing is stored.
             with pytest.raises(ClientError) as caught:
                 await b.send(
                     "#open", "x", clientMessageId="f", forward=cite("single", hidden["messageId"])
                 )
-            assert caught.value.code == "forbidden"
+            assert caught.value.code == "not_found"
             assert caught.value.details["path"] == "$.forward.sources[0].messageId"
             with pytest.raises(ClientError) as caught:
                 await a.send(

@@ -38,7 +38,6 @@ from protocol.frames import (
     Search,
     SetNotification,
 )
-from storage import messages as stored
 
 __all__ = ["handle", "redeliver", "resume"]
 
@@ -82,17 +81,3 @@ async def handle(ctx: Context, request: Any) -> Any:
         case React():
             return await reactions.react(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")
-
-
-async def _readable_message(ctx: Context, message_id: str) -> None:
-    """Check the caller may read a message: ``not_found`` outside its workspace or
-    when there is no such message, ``forbidden`` when it exists but is not readable."""
-    async with ctx.services.pool.connection() as conn:
-        message = await stored.get_message(conn, message_id)
-    if message is None:
-        raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
-    viewer, _ = await reading.scope_viewer(ctx, message.scope_id)
-    async with ctx.services.pool.connection() as conn:
-        readable = await stored.readable_message(conn, message.scope_id, message_id, viewer)
-    if readable is None:
-        raise OperationError(ErrorCode.FORBIDDEN, "the message is not readable")

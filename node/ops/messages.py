@@ -155,20 +155,21 @@ def source_count_check(mode: str, count: int) -> None:
 async def check_sources(services: Services, member: Member, sources: Sequence[SourceRef]) -> None:
     """Every forwarded message must be readable by the sender (the SQL predicate).
 
-    An unknown id, or one of another workspace, is ``not_found``; a message of
-    this workspace the sender cannot read is ``forbidden``.
+    An unknown id, one of another workspace, or one in a scope that does not
+    exist for the sender (docs/authorization.md) is ``not_found``; a message
+    of a scope it knows but may not read there is ``forbidden``.
     """
     async with services.pool.connection() as conn:
         for index, source in enumerate(sources):
             path = f"$.forward.sources[{index}].messageId"
-            message = await messages.get_message(conn, source.message_id)
-            info = await scopes.get_scope(conn, message.scope_id) if message else None
-            if message is None or info is None or info.workspace_id != member.workspace_id:
+            found = await scopes.known_message_scope(conn, source.message_id, member)
+            if found is None:
                 raise OperationError(ErrorCode.NOT_FOUND, "no such message", path=path)
-            viewer = await scopes.viewer_for(conn, info, member)
+            viewer = await scopes.viewer_for(conn, found.info, member)
             if (
                 viewer is None
-                or await messages.readable_message(conn, info.id, message.id, viewer) is None
+                or await messages.readable_message(conn, found.info.id, source.message_id, viewer)
+                is None
             ):
                 raise OperationError(
                     ErrorCode.FORBIDDEN, "the sender cannot read this message", path=path
@@ -254,22 +255,23 @@ async def delete(ctx: Context, request: Delete) -> dict[str, object]:
 async def readable_message_scope(services: Services, member: Member, message_id: str) -> str:
     """The scope of a message the member may read.
 
-    ``not_found`` when there is no such message in the member's workspace,
-    ``forbidden`` when it exists but the member may not read it (the SQL
-    predicate): the same answers as reading it, so a mutation is no oracle.
+    ``not_found`` when there is no such message in a scope that exists for the
+    member (a private scope it never belonged to reads as missing, in the same
+    one statement), ``forbidden`` when the member knows the scope but may not
+    read the message (the SQL predicate): the same answers as reading it, so a
+    mutation is no oracle.
     """
     async with services.pool.connection() as conn:
-        message = await messages.get_message(conn, message_id)
-        info = await scopes.get_scope(conn, message.scope_id) if message is not None else None
-        if message is None or info is None or info.workspace_id != member.workspace_id:
+        found = await scopes.known_message_scope(conn, message_id, member)
+        if found is None:
             raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
-        viewer = await scopes.viewer_for(conn, info, member)
+        viewer = await scopes.viewer_for(conn, found.info, member)
         if (
             viewer is None
-            or await messages.readable_message(conn, info.id, message_id, viewer) is None
+            or await messages.readable_message(conn, found.info.id, message_id, viewer) is None
         ):
             raise OperationError(ErrorCode.FORBIDDEN, "the message is not readable")
-    return info.id
+    return found.info.id
 
 
 async def submit_mutation(

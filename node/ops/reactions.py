@@ -1,8 +1,8 @@
 """Reactions: ``react`` from a request to the scope actor (docs/design.md#reactions).
 
 The handler checks the emoji's form (``actors.policy``) and finds the
-message's scope (``not_found`` for an unknown message or another
-workspace's); the scope's actor decides who may react and writes the
+message's scope (``not_found`` for an unknown message, another
+workspace's, or one of a private scope the caller never belonged to); the scope's actor decides who may react and writes the
 reaction in one statement. A message never changes scope, so where it lives
 is remembered here: a burst of reactions on the same messages goes straight
 to the actor.
@@ -22,25 +22,35 @@ from node.ops.context import REPLIED, Context, Replied, member_of
 from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import React, Reply
-from storage import reactions
+from storage import scopes
 
 HOMES_REMEMBERED = 50_000
-_homes: OrderedDict[str, tuple[str, str]] = OrderedDict()
+_homes: OrderedDict[str, str] = OrderedDict()  # message id → its scope id
 
 
-async def message_home(ctx: Context, message_id: str) -> tuple[str, str] | None:
-    """(scope, workspace) of a message, remembered (a message never moves)."""
+async def known_home(ctx: Context, member: Member, message_id: str) -> str:
+    """The scope of a message, if that scope exists for the member.
+
+    ``not_found`` for a missing message, one of another workspace and one of a
+    private scope the member never belonged to alike (one statement each:
+    docs/authorization.md). Where a message lives is remembered (it never
+    moves), and so is which scopes a member knows (the resolver).
+    """
+    resolver = ctx.services.resolver
     home = _homes.get(message_id)
-    if home is not None:
+    if home is not None and resolver.knows_nowait(member, home):
         _homes.move_to_end(message_id)
         return home
     async with ctx.services.pool.connection() as conn:
-        home = await reactions.message_home(conn, message_id)
-    if home is not None:
-        _homes[message_id] = home
-        if len(_homes) > HOMES_REMEMBERED:
-            _homes.popitem(last=False)
-    return home
+        found = await scopes.known_message_scope(conn, message_id, member)
+    if found is None:
+        raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
+    resolver.remember(member, found)
+    _homes[message_id] = found.info.id
+    _homes.move_to_end(message_id)
+    if len(_homes) > HOMES_REMEMBERED:
+        _homes.popitem(last=False)
+    return found.info.id
 
 
 Finished = Callable[[OperationError | None], None]
@@ -54,12 +64,11 @@ def submit_remembered(ctx: Context, request: React, finished: Finished) -> bool:
     :func:`react`. Raises a refusal found before queueing."""
     member = _checked(ctx, request)
     home = _homes.get(request.message_id)
-    if home is None:
+    if home is None or not ctx.services.resolver.knows_nowait(member, home):
         return False
-    actor = ctx.services.registry.actor_nowait(home[0])
+    actor = ctx.services.registry.actor_nowait(home)
     if actor is None:
         return False
-    _in_workspace(home, member)
     _homes.move_to_end(request.message_id)
     actor.submit_nowait(_command(ctx, request, member, finished))
     return True
@@ -67,9 +76,7 @@ def submit_remembered(ctx: Context, request: React, finished: Finished) -> bool:
 
 async def react(ctx: Context, request: React) -> Replied:
     member = _checked(ctx, request)
-    home = await message_home(ctx, request.message_id)
-    _in_workspace(home, member)
-    assert home is not None
+    home = await known_home(ctx, member, request.message_id)
     done = trio.Event()
     refused: list[OperationError] = []
 
@@ -78,7 +85,7 @@ async def react(ctx: Context, request: React) -> Replied:
             refused.append(error)
         done.set()
 
-    await ctx.services.registry.submit(home[0], _command(ctx, request, member, finished))
+    await ctx.services.registry.submit(home, _command(ctx, request, member, finished))
     await done.wait()
     if refused:
         raise refused[0]
@@ -91,11 +98,6 @@ def _checked(ctx: Context, request: React) -> Member:
     if error is not None:
         raise OperationError(ErrorCode.VALIDATION_FAILED, error, path="$.emoji")
     return member
-
-
-def _in_workspace(home: tuple[str, str] | None, member: Member) -> None:
-    if home is None or home[1] != member.workspace_id:
-        raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
 
 
 def _command(ctx: Context, request: React, member: Member, finished: Finished) -> ReactCommand:

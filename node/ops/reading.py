@@ -9,6 +9,7 @@ import trio
 
 from actors.model import ScopeInfo, ScopeType
 from node.ops.context import Context, member_of, push_to_others
+from node.resolver import SCOPE_ID, TARGET
 from node.views import rfc3339, stored_message_view
 from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
@@ -35,13 +36,18 @@ async def viewer_for(ctx: Context, scope_id: str) -> tuple[Viewer, int]:
     return viewer, info.latest_seq
 
 
-async def scope_viewer(ctx: Context, scope_id: str) -> tuple[Viewer, ScopeInfo]:
-    """The viewer's read rights in a scope (SQL predicate parameters) and the scope."""
+async def scope_viewer(
+    ctx: Context, scope_id: str, path: str = SCOPE_ID
+) -> tuple[Viewer, ScopeInfo]:
+    """The viewer's read rights in a scope (SQL predicate parameters) and the scope.
+
+    ``not_found`` when the scope does not exist for the member (a private scope
+    it never belonged to reads as a missing one), ``forbidden`` when it does
+    but the member may not read it.
+    """
     member = member_of(ctx)
+    info = await ctx.services.resolver.scope(member, scope_id, path)
     async with ctx.services.pool.connection() as conn:
-        info = await scopes.get_scope(conn, scope_id)
-        if info is None or info.workspace_id != member.workspace_id:
-            raise OperationError(ErrorCode.NOT_FOUND, "no such scope")
         viewer = await scopes.viewer_for(conn, info, member)
         if viewer is None:
             # Explicit context opens single messages of this scope to a private agent.
@@ -78,7 +84,7 @@ async def thread_root(ctx: Context, info: ScopeInfo) -> dict[str, Any] | None:
 async def history(ctx: Context, request: History) -> dict[str, Any]:
     member = member_of(ctx)
     scope_id = await ctx.services.resolver.resolve(member, request.target)
-    viewer, info = await scope_viewer(ctx, scope_id)
+    viewer, info = await scope_viewer(ctx, scope_id, TARGET)
     latest = info.latest_seq
     if request.before_seq is not None and request.after_seq is not None:
         raise OperationError(
@@ -306,8 +312,8 @@ async def _grant_scopes(conn: TrioConnection, scope_id: str) -> tuple[str, ...]:
 
 async def mark_read(ctx: Context, request: MarkRead) -> dict[str, Any]:
     member = member_of(ctx)
-    # Another workspace's scope does not exist for this member.
-    await ctx.services.resolver.workspace_of(member, request.scope_id)
+    # Another workspace's scope, or a private one never joined, does not exist for it.
+    await ctx.services.resolver.known(member, request.scope_id)
     async with ctx.services.pool.connection() as conn:
         last_read = await scopes.mark_read(conn, request.scope_id, member.id, request.seq)
     if last_read is None:
