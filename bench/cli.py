@@ -495,6 +495,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench.compare import main as compare_main
 
         return compare_main(argv[1:])
+    if argv[:1] == ["noisy-neighbour"]:
+        # One member floods, another's sends are timed, at the default limits (bench/noisy.py).
+        from bench.noisy import main as noisy_main
+
+        return noisy_main(argv[1:])
     if argv[:1] == ["soak"]:
         # A long mixed workload with samples and verdicts (bench/soak.py).
         from bench.soak import main as soak_main
