@@ -158,9 +158,10 @@ RESULTS: dict[str, str] = {
         " in characters (code points) of `message.content` where a term matched, sorted"
         " and merged. Page with `cursor: nextCursor` (the same query, filters and sort;"
         " another query's cursor is `validation_failed`). `scopeId` that the caller may"
-        " not read answers `forbidden` (`not_found` in another workspace), as `history`"
-        " does; `search_unavailable` (retryable) while the workspace's index is being"
-        " built. See [design.md#search](design.md#search)."
+        " not read answers `forbidden` (`not_found` in another workspace, or for a"
+        " private scope it never belonged to), as `history` does; `search_unavailable`"
+        " (retryable) while the workspace's index is being built. See"
+        " [design.md#search](design.md#search)."
     ),
     "markRead": (
         "`{lastReadSeq}`; the member's other sessions get a `readState` event. Read"
@@ -173,7 +174,8 @@ RESULTS: dict[str, str] = {
         " 21st distinct emoji on the message, is `validation_failed`. Adding what is"
         " there, or removing what is not, answers `changed: false` and tells no one."
         " `forbidden` when the caller cannot read the message, `not_found` for an"
-        " unknown message or one of another workspace. A reaction is not a message:"
+        " unknown message, one of another workspace or one of a private scope the caller"
+        " never belonged to. A reaction is not a message:"
         " no seq, no unread. See [design.md#reactions](design.md#reactions)."
     ),
     "edit": (
@@ -275,7 +277,10 @@ ERRORS: dict[str, str] = {
     "bad_frame": "not JSON, not an object, or no known `type` (id null when unreadable)",
     "unauthorized": "a request before `hello`",
     "forbidden": "the caller may not do this (see authorization.md)",
-    "not_found": "no such scope, message, member or grant in the caller's workspace",
+    "not_found": (
+        "no such scope, message, member or grant in the caller's workspace; a private"
+        " scope the caller never belonged to answers exactly the same (see authorization.md)"
+    ),
     "invalid_target": "a target that is not one of the forms above",
     "validation_failed": "a field is missing or wrong (`details.path`)",
     "target_key_mismatch": "`freshness.targetKey` names another scope than `target`",
