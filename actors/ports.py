@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -154,8 +154,26 @@ class MutationConflict:
     deleted: bool
 
 
+class LockedScope(Protocol):
+    """A transaction in which no other writer can move the scope (``ScopeStore.locked``)."""
+
+    async def load_scope(self) -> ScopeSnapshot: ...
+
+    async def find_idempotent(
+        self, author_id: str, client_message_id: str
+    ) -> IdempotencyRecord | None: ...
+
+    async def apply_sends(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
+        """Write inside the transaction: committed only when the ``locked`` block ends."""
+
+
 class ScopeStore(Protocol):
     async def load_scope(self, scope_id: str) -> ScopeSnapshot: ...
+
+    def locked(self, scope_id: str) -> AbstractAsyncContextManager[LockedScope]:
+        """Hold the scope's send locks for the block, then commit: another
+        writer's send or roster change waits for it, so a send loaded, decided
+        and applied inside cannot lose the fence to another writer."""
 
     async def roster_generation(self, scope_id: str) -> int: ...
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -29,8 +29,8 @@ import trio
 from actors.clock import DbClock
 from actors.fence_backoff import SEND_DEADLINE, FenceBackoff
 from actors.mentions import live_handles
-from actors.model import Member, NotificationState, ScopeSnapshot
-from actors.planner import MutationPlan, plan_delete, plan_edit
+from actors.model import IdempotencyRecord, Member, NotificationState, ScopeSnapshot
+from actors.planner import MessagePlan, MutationPlan, plan_delete, plan_edit
 from actors.policy import (
     Decision,
     can_delete,
@@ -77,6 +77,8 @@ MAX_BATCH = 64
 COMMIT_ATTEMPTS = 3
 
 RosterReply = Callable[[dict[str, object] | OperationError], None]
+# (author id, clientMessageId) -> the stored send, if any.
+Lookup = Callable[[str, str], Awaitable[IdempotencyRecord | None]]
 ReactReply = Callable[[dict[str, object] | OperationError], None]
 
 
@@ -502,16 +504,23 @@ class ScopeActor:
         A loss means another writer (another node's actor) moved the scope:
         the actor reloads and decides again on the database's history, so a
         freshness gate that fails now answers ``held`` exactly as on one node.
-        Losses in a row back off (:mod:`actors.fence_backoff`); a send whose
-        deadline comes first is answered ``unavailable`` and nothing of it is
-        stored: its plan is dropped with the cache it was decided on.
+        Losses in a row back off, and from the second one on the attempt holds
+        the scope's lock (:mod:`actors.fence_backoff`). A send whose deadline
+        comes first is answered ``unavailable`` and nothing of it is stored:
+        its plan is dropped with the cache it was decided on.
         """
         losses = 0
+        # Idempotency hits the commits found: kept across reloads, as the
+        # record may be older than a snapshot's window.
+        races: list[IdempotencyRace] = []
         while True:
             try:
+                if self._backoff.locks(losses):
+                    return await self._try_sends_locked(cmds, races)
                 return await self._try_sends(cmds, reloaded=losses > 0)
             except (FenceLost, IdempotencyRace) as exc:
-                race = exc if isinstance(exc, IdempotencyRace) else None
+                if isinstance(exc, IdempotencyRace):
+                    races.append(exc)
             except Exception as exc:
                 if isinstance(exc, trio.Cancelled):
                     raise
@@ -523,18 +532,17 @@ class ScopeActor:
             self.fence_losses += 1
             self._on_fence_lost()
             wait = self._backoff.wait(losses, _rng)
-            log.info("scope_fence_retry", losses=losses, wait=round(wait, 4), race=bool(race))
+            log.info("scope_fence_retry", losses=losses, wait=round(wait, 4), races=len(races))
             cmds = self._within_deadline(cmds, trio.current_time() + wait)
             if cmds and wait:
                 await trio.sleep(wait)
+            if cmds and self._backoff.locks(losses):
+                continue  # that attempt loads the scope under the lock
             if not await self._reload():
                 for cmd in cmds:
                     cmd.reply(_unavailable("scope state could not be loaded; retry"))
                 return False
-            if race is not None:
-                # Into the reloaded cache: the record may be older than its window.
-                assert self.state is not None
-                self.state.remember(race.author_id, race.client_message_id, race.record)
+            self._remember(races)
             if not cmds:
                 return True
 
@@ -550,6 +558,11 @@ class ScopeActor:
             else:
                 cmd.reply(_unavailable("could not commit after concurrent writers; retry"))
         return kept
+
+    def _remember(self, races: list[IdempotencyRace]) -> None:
+        assert self.state is not None
+        for race in races:
+            self.state.remember(race.author_id, race.client_message_id, race.record)
 
     def _adopt(self, snapshot: ScopeSnapshot) -> None:
         self.state = ScopeState(snapshot)
@@ -582,6 +595,35 @@ class ScopeActor:
             raise FenceLost(self.scope_id)
         state = self.state
         assert state is not None
+        outcomes = await self._decide_sends(state, cmds, self._lookup, reloaded=reloaded)
+        committed = await self._apply(outcomes, self._store.apply_sends)
+        self._answer_sends(state, cmds, outcomes, committed)
+        return True
+
+    async def _try_sends_locked(
+        self, cmds: list[SendCommand], races: list[IdempotencyRace]
+    ) -> bool:
+        """One attempt inside ``ScopeStore.locked``: loaded, decided and
+        written while no other writer can move the scope, so the winner of
+        the race waits for this one instead of committing ahead of it again."""
+        self.stale = False
+        async with self._store.locked(self.scope_id) as scope:
+            self._adopt(await scope.load_scope())
+            self._remember(races)
+            state = self.state
+            assert state is not None
+            outcomes = await self._decide_sends(state, cmds, scope.find_idempotent, reloaded=True)
+            committed = await self._apply(outcomes, scope.apply_sends)
+        # The block's end committed: only now may the sends be answered.
+        self._answer_sends(state, cmds, outcomes, committed)
+        return True
+
+    async def _lookup(self, author_id: str, client_message_id: str) -> IdempotencyRecord | None:
+        return await self._store.find_idempotent(self.scope_id, author_id, client_message_id)
+
+    async def _decide_sends(
+        self, state: ScopeState, cmds: list[SendCommand], lookup: Lookup, *, reloaded: bool
+    ) -> list[SendResult | OperationError | Append]:
         now = self.now()
         outcomes: list[SendResult | OperationError | Append] = []
         for cmd in cmds:
@@ -590,9 +632,7 @@ class ScopeActor:
                 if isinstance(decision, NeedsReload):
                     raise FenceLost(self.scope_id)
                 if isinstance(decision, NeedsLookup):
-                    record = await self._store.find_idempotent(
-                        self.scope_id, cmd.author.id, cmd.client_message_id
-                    )
+                    record = await lookup(cmd.author.id, cmd.client_message_id)
                     if record is not None:
                         state.remember(cmd.author.id, cmd.client_message_id, record)
                     decision = state.decide(cmd, now, looked_up=True, reloaded=reloaded)
@@ -601,11 +641,30 @@ class ScopeActor:
                 continue
             assert isinstance(decision, Immediate | Append)
             outcomes.append(decision.result if isinstance(decision, Immediate) else decision)
-        appends = [o for o in outcomes if isinstance(o, Append)]
-        committed = await self._store.apply_sends([a.plan for a in appends]) if appends else []
-        self.commits += 1 if appends else 0
-        if committed and committed[-1].db_now is not None and self._clock is not None:
+        return outcomes
+
+    async def _apply(
+        self,
+        outcomes: list[SendResult | OperationError | Append],
+        apply: Callable[[list[MessagePlan]], Awaitable[list[CommittedSend]]],
+    ) -> list[CommittedSend]:
+        plans = [o.plan for o in outcomes if isinstance(o, Append)]
+        if not plans:
+            return []
+        committed = await apply(plans)
+        self.commits += 1
+        if committed[-1].db_now is not None and self._clock is not None:
             self._clock.anchor(committed[-1].db_now, trio.current_time())
+        return committed
+
+    def _answer_sends(
+        self,
+        state: ScopeState,
+        cmds: list[SendCommand],
+        outcomes: list[SendResult | OperationError | Append],
+        committed: list[CommittedSend],
+    ) -> None:
+        """Reply to each send and publish what was committed."""
         published = []
         done = iter(committed)
         # Replies and events of one commit leave as one write per session.
@@ -628,7 +687,6 @@ class ScopeActor:
                     self._publisher.publish_thread(activity)
         if published:
             self._after_commit(state, published)
-        return True
 
     def _after_commit(self, state: ScopeState, published: list[tuple[Any, CommittedSend]]) -> None:
         """The plan's Explain at debug level, and roster events for thread memberships."""

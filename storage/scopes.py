@@ -561,22 +561,50 @@ async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> 
     with map_errors():
         async with conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur = await conn.execute(SNAPSHOT_SCOPE, (scope_id,))
-            row = await cur.fetchone()
-            if row is None:
-                raise ScopeMissing(scope_id)
-            scope = _scope_from_row(row)
-            db_now = row[-1]
-            cur = await conn.execute(SELECT_MEMBERSHIPS, (scope_id,))
-            membership_rows = await cur.fetchall()
-            cur = await conn.execute(SELECT_NOTIFICATION, (scope_id,))
-            notification = {r[0]: NotificationState(r[1]) for r in await cur.fetchall()}
-            grant_scopes = [scope_id] + ([scope.parent_scope_id] if scope.parent_scope_id else [])
-            cur = await conn.execute(SELECT_GRANTS, (grant_scopes,))
-            grants = tuple(PrivateGrant(*r) for r in await cur.fetchall())
-            cur = await conn.execute(SELECT_RECENT, (scope_id, recent))
-            recent_rows = await cur.fetchall()
-            thread = await _thread_context(conn, scope) if scope.parent_scope_id else None
+            return await read_snapshot(conn, scope_id, recent=recent)
+
+
+# A send decided under these locks cannot lose its fence to another writer:
+# every change a snapshot depends on bumps the scope's row or, for a thread,
+# its parent's. The parent is locked first, as a parent's leave does.
+LOCK_PARENT_FOR_SEND = """
+SELECT 1 FROM scopes
+WHERE id = (SELECT parent_scope_id FROM scopes WHERE id = %s)
+FOR SHARE
+"""
+LOCK_FOR_SEND = "SELECT 1 FROM scopes WHERE id = %s FOR NO KEY UPDATE"
+
+
+async def lock_for_send(conn: TrioConnection, scope_id: str) -> None:
+    """Inside the caller's transaction: keep every other writer off the scope
+    (and off a thread's parent roster) until it ends."""
+    with map_errors():
+        await conn.execute(LOCK_PARENT_FOR_SEND, (scope_id,))
+        cur = await conn.execute(LOCK_FOR_SEND, (scope_id,))
+        if await cur.fetchone() is None:
+            raise ScopeMissing(scope_id)
+
+
+async def read_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> ScopeSnapshot:
+    """``load_snapshot``'s reads, inside the caller's transaction: one that is
+    repeatable-read, or holds :func:`lock_for_send`'s locks."""
+    with map_errors():
+        cur = await conn.execute(SNAPSHOT_SCOPE, (scope_id,))
+        row = await cur.fetchone()
+        if row is None:
+            raise ScopeMissing(scope_id)
+        scope = _scope_from_row(row)
+        db_now = row[-1]
+        cur = await conn.execute(SELECT_MEMBERSHIPS, (scope_id,))
+        membership_rows = await cur.fetchall()
+        cur = await conn.execute(SELECT_NOTIFICATION, (scope_id,))
+        notification = {r[0]: NotificationState(r[1]) for r in await cur.fetchall()}
+        grant_scopes = [scope_id] + ([scope.parent_scope_id] if scope.parent_scope_id else [])
+        cur = await conn.execute(SELECT_GRANTS, (grant_scopes,))
+        grants = tuple(PrivateGrant(*r) for r in await cur.fetchall())
+        cur = await conn.execute(SELECT_RECENT, (scope_id, recent))
+        recent_rows = await cur.fetchall()
+        thread = await _thread_context(conn, scope) if scope.parent_scope_id else None
     members: dict[str, Member] = {}
     memberships = []
     for r in membership_rows:

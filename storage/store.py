@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 from actors.model import IdempotencyRecord, Member, NotificationState, ScopeSnapshot
 from actors.planner import MessagePlan, MutationPlan
 from actors.ports import (
     CommittedMutation,
     CommittedSend,
+    LockedScope,
     MutationConflict,
     MutationTarget,
     ReactionOutcome,
@@ -18,7 +20,7 @@ from actors.ports import (
 from actors.scope_state import RECENT_TAIL
 from storage import applier, messages, mutations, reactions, scopes
 from storage.group_commit import GroupCommitter
-from storage.pg import Pool
+from storage.pg import Pool, TrioConnection
 
 
 class PgScopeStore:
@@ -29,6 +31,12 @@ class PgScopeStore:
     async def load_scope(self, scope_id: str) -> ScopeSnapshot:
         async with self._pool.connection() as conn:
             return await scopes.load_snapshot(conn, scope_id, recent=RECENT_TAIL)
+
+    @asynccontextmanager
+    async def locked(self, scope_id: str) -> AsyncIterator[LockedScope]:
+        async with self._pool.connection() as conn, conn.transaction():
+            await scopes.lock_for_send(conn, scope_id)
+            yield PgLockedScope(conn, scope_id)
 
     async def roster_generation(self, scope_id: str) -> int:
         async with self._pool.connection() as conn:
@@ -96,3 +104,25 @@ class PgScopeStore:
     async def apply_mutation(self, plan: MutationPlan) -> CommittedMutation | MutationConflict:
         async with self._pool.connection() as conn:
             return await mutations.apply(conn, plan)
+
+
+class PgLockedScope:
+    """One transaction holding the scope's send locks (``PgScopeStore.locked``)."""
+
+    def __init__(self, conn: TrioConnection, scope_id: str) -> None:
+        self._conn = conn
+        self._scope_id = scope_id
+
+    async def load_scope(self) -> ScopeSnapshot:
+        return await scopes.read_snapshot(self._conn, self._scope_id, recent=RECENT_TAIL)
+
+    async def find_idempotent(
+        self, author_id: str, client_message_id: str
+    ) -> IdempotencyRecord | None:
+        return await messages.find_idempotent(
+            self._conn, self._scope_id, author_id, client_message_id
+        )
+
+    async def apply_sends(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
+        # Inside the transaction: committed when the ``locked`` block ends.
+        return await applier.apply_sends(self._conn, plans)

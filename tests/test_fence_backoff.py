@@ -10,19 +10,20 @@ first (another node), and every decision is checked against the database.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 
 import pytest
 import trio
 
 from actors.fence_backoff import FenceBackoff
-from actors.model import Member, MemberType, ScopeSnapshot
+from actors.model import IdempotencyRecord, Member, MemberType, ScopeSnapshot
 from actors.planner import MessagePlan, MutationPlan
 from actors.ports import (
     CommittedMutation,
     CommittedSend,
     FenceLost,
+    LockedScope,
     ReactionActivity,
     ThreadActivity,
 )
@@ -89,15 +90,29 @@ class Published:
 
 
 class LosingStore(PgScopeStore):
-    """The real store, whose next ``losses`` commits lose the fence without
-    writing, and whose ``before_commit`` runs once before the next real commit."""
+    """The real store, with a rival and a writer that never lets go.
+
+    ``rival`` runs before each commit made without the lock (another node
+    commits first); the next ``losses`` commits, with the lock or without,
+    lose the fence without writing; ``before_locked_commit`` runs inside a
+    locked attempt before its commit; ``loads_fail`` / ``locks_fail`` make the
+    database unreachable.
+    """
 
     def __init__(self, pool: Pool) -> None:
         super().__init__(pool)
         self.losses = 0
-        self.commits_tried = 0
-        self.before_commit: Callable[[], Awaitable[None]] | None = None
+        self.optimistic = 0
+        self.locked_commits = 0
+        self.rival: Callable[[], Awaitable[None]] | None = None
+        self.before_locked_commit: Callable[[], Awaitable[None]] | None = None
         self.loads_fail = False
+        self.locks_fail = False
+
+    def lose(self, plans: Sequence[MessagePlan]) -> None:
+        if self.losses:
+            self.losses -= 1
+            raise FenceLost(plans[0].intent.scope_id)
 
     async def load_scope(self, scope_id: str) -> ScopeSnapshot:
         if self.loads_fail:
@@ -105,14 +120,40 @@ class LosingStore(PgScopeStore):
         return await super().load_scope(scope_id)
 
     async def apply_sends(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
-        self.commits_tried += 1
-        if self.losses:
-            self.losses -= 1
-            raise FenceLost(plans[0].intent.scope_id)
-        hook, self.before_commit = self.before_commit, None
+        self.optimistic += 1
+        self.lose(plans)
+        if self.rival is not None:
+            await self.rival()
+        return await super().apply_sends(plans)
+
+    @asynccontextmanager
+    async def locked(self, scope_id: str) -> AsyncIterator[LockedScope]:
+        if self.locks_fail:
+            raise OSError("database unreachable")
+        async with super().locked(scope_id) as scope:
+            yield Locked(self, scope)
+
+
+class Locked:
+    def __init__(self, store: LosingStore, scope: LockedScope) -> None:
+        self.store = store
+        self.scope = scope
+
+    async def load_scope(self) -> ScopeSnapshot:
+        return await self.scope.load_scope()
+
+    async def find_idempotent(
+        self, author_id: str, client_message_id: str
+    ) -> IdempotencyRecord | None:
+        return await self.scope.find_idempotent(author_id, client_message_id)
+
+    async def apply_sends(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
+        self.store.locked_commits += 1
+        self.store.lose(plans)
+        hook, self.store.before_locked_commit = self.store.before_locked_commit, None
         if hook is not None:
             await hook()
-        return await super().apply_sends(plans)
+        return await self.scope.apply_sends(plans)
 
 
 class Answer:
@@ -169,23 +210,82 @@ async def channel(pool: Pool, name: str) -> tuple[str, Member]:
     return scope_id, ann
 
 
-async def test_a_send_outlasting_many_fence_losses_is_sent_not_unavailable(
+async def blocked_on_a_lock(pool: Pool) -> None:
+    """Until some statement waits for a row lock (the rival is queued behind it)."""
+    with trio.fail_after(WAIT):
+        while True:
+            async with pool.connection() as conn:
+                cur = await conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                row = await cur.fetchone()
+            if row is not None and row[0] > 0:
+                return
+            await trio.sleep(0.01)
+
+
+async def test_a_rival_that_always_commits_first_is_outwaited_under_the_lock(
     database_url: str,
 ) -> None:
+    """Actor B (another node) commits before every one of A's optimistic
+    commits: A loses twice, then decides and commits holding the lock."""
     async with (
         open_pool(database_url, size=4, configure=autocommit) as pool,
         trio.open_nursery() as nursery,
     ):
-        scope_id, ann = await channel(pool, "losing")
+        scope_id, ann = await channel(pool, "rival")
         store = LosingStore(pool)
-        actor = ScopeActor(scope_id, store, Published())
-        await nursery.start(actor.run)
-        store.losses = 8  # more than any fixed number of quick retries would take
-        result = await send(actor, ann, "a")
+        published = Published()
+        a = ScopeActor(scope_id, store, published)
+        b = ScopeActor(scope_id, PgScopeStore(pool), Published())
+        await nursery.start(a.run)
+        await nursery.start(b.run)
+        rivals = iter(range(100))
+
+        async def rival() -> None:
+            result = await send(b, ann, f"b{next(rivals)}")
+            assert isinstance(result, SendResult)
+            assert result.state == "sent"
+
+        store.rival = rival
+        result = await send(a, ann, "a")
+        assert isinstance(result, SendResult), result
+        assert (result.state, result.accepted_seq) == ("sent", 3)
+        assert (a.fence_losses, store.optimistic, store.locked_commits) == (2, 2, 1)
+        assert await stored(pool, scope_id) == [(1, "b0"), (2, "b1"), (3, "a")]
+        assert published.seqs == [3]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_writer_waits_for_the_lock_then_loses_the_fence_and_retries(
+    database_url: str,
+) -> None:
+    """While A's locked attempt holds the scope, B's commit waits for it; when
+    A commits, B's fence misses and B sends after A's message."""
+    async with (
+        open_pool(database_url, size=4, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        scope_id, ann = await channel(pool, "waiting")
+        store = LosingStore(pool)
+        a = ScopeActor(scope_id, store, Published())
+        b = ScopeActor(scope_id, PgScopeStore(pool), Published())
+        await nursery.start(a.run)
+        await nursery.start(b.run)
+        answers: list[Answer] = []
+
+        async def rival_waits() -> None:
+            answers.append(submit(b, ann, "b"))
+            await blocked_on_a_lock(pool)
+
+        store.losses = 2  # then A's attempt holds the lock
+        store.before_locked_commit = rival_waits
+        result = await send(a, ann, "a")
         assert isinstance(result, SendResult), result
         assert (result.state, result.accepted_seq) == ("sent", 1)
-        assert (store.losses, actor.fence_losses, store.commits_tried) == (0, 8, 9)
-        assert await stored(pool, scope_id) == [(1, "a")]
+        after = await answers[0].wait()
+        assert isinstance(after, SendResult), after
+        assert (after.state, after.accepted_seq) == ("sent", 2)
+        assert (a.fence_losses, b.fence_losses) == (2, 1)
+        assert await stored(pool, scope_id) == [(1, "a"), (2, "b")]
         nursery.cancel_scope.cancel()
 
 
@@ -209,6 +309,7 @@ async def test_a_send_whose_deadline_passes_is_unavailable_and_the_actor_serves_
         assert result.code is ErrorCode.UNAVAILABLE
         assert 0.2 < took < 5.0, took  # the deadline, not the default ten seconds
         assert actor.fence_losses > 3
+        assert store.locked_commits > 1
         assert (await stored(pool, scope_id), published.seqs) == ([], [])
         # Nothing half-decided is left behind: the next send is seq 1.
         store.losses = 0
@@ -219,21 +320,30 @@ async def test_a_send_whose_deadline_passes_is_unavailable_and_the_actor_serves_
         nursery.cancel_scope.cancel()
 
 
-async def test_an_unreachable_database_answers_unavailable_at_once(database_url: str) -> None:
+@pytest.mark.parametrize("losses", [1, 2])
+async def test_an_unreachable_database_answers_unavailable_at_once(
+    database_url: str, losses: int
+) -> None:
+    """After one loss the actor reloads, after two it takes the lock: either
+    way a database it cannot reach answers at once, not at the deadline."""
     async with (
         open_pool(database_url, size=4, configure=autocommit) as pool,
         trio.open_nursery() as nursery,
     ):
-        scope_id, ann = await channel(pool, "down")
+        scope_id, ann = await channel(pool, f"down{losses}")
         store = LosingStore(pool)
         actor = ScopeActor(scope_id, store, Published())
         await nursery.start(actor.run)
-        store.losses, store.loads_fail = 1, True
+        store.losses = losses
+        if losses == 1:
+            store.loads_fail = True
+        else:
+            store.locks_fail = True
         with trio.fail_after(1.0):  # far under the send's deadline
             result = await send(actor, ann, "a")
         assert isinstance(result, OperationError), result
         assert result.code is ErrorCode.UNAVAILABLE
-        assert "could not be loaded" in result.message
+        assert await stored(pool, scope_id) == []
         nursery.cancel_scope.cancel()
 
 
@@ -258,9 +368,10 @@ async def test_after_losing_to_another_node_freshness_answers_as_on_one_node(
         other: list[SendResult | OperationError] = []
 
         async def b_first() -> None:
+            store.rival = None
             other.append(await send(b, ann, "b"))
 
-        store.before_commit = b_first
+        store.rival = b_first
         # Queued together, in this order: one decision, one commit, one loss.
         fresh_answer = submit(a, ann, "fresh", 0)
         plain_answer = submit(a, ann, "plain")
