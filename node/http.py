@@ -113,9 +113,12 @@ def metrics(services: Services) -> Reply:
 def static(path: str, host: bytes | None) -> Reply:
     """A file of the web client (node/web), under :func:`client_policy`."""
     name = "index.html" if path in ("/", "/index.html") else path.lstrip("/")
-    if "/" in name or name.startswith("."):
+    # Subfolders (the client's views/) are fine; an empty or dot-led part
+    # ("..", ".hidden", "a//b") is never a file of the client.
+    parts = name.split("/")
+    if any(not part or part.startswith(".") or "\\" in part for part in parts):
         return text(404, b"not found\n")
-    asset = resources.files("node").joinpath("web", name)
+    asset = resources.files("node").joinpath("web", *parts)
     if not asset.is_file():
         return text(404, b"not found\n")
     suffix = name[name.rfind(".") :]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import posixpath
+import re
 from pathlib import Path
 
 import trio
@@ -28,6 +30,24 @@ async def http_get(port: int, path: str) -> tuple[int, dict[str, str], str]:
     return int(status_line.split(" ", 2)[1]), headers, body.decode()
 
 
+async def client_modules(port: int) -> list[tuple[int, dict[str, str], str]]:
+    """/app.js and every module it imports, transitively, fetched as the browser does."""
+    answers = []
+    seen: set[str] = set()
+    todo = ["/app.js"]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        answer = await http_get(port, path)
+        answers.append(answer)
+        folder = posixpath.dirname(path)
+        specifiers = re.findall(r'from "(\.{1,2}/[^"]+)"', answer[2])
+        todo.extend(posixpath.normpath(posixpath.join(folder, spec)) for spec in specifiers)
+    return answers
+
+
 async def test_web_client_assets_are_served(database_url: str, tmp_path: Path) -> None:
     async with running_node(database_url, tmp_path) as node:
         port = node.services.port
@@ -51,9 +71,11 @@ async def test_web_client_assets_are_served(database_url: str, tmp_path: Path) -
         assert status == 200
         assert same == index
 
-        status, headers, script = await http_get(port, "/app.js")
-        assert status == 200
-        assert headers["content-type"].startswith("text/javascript")
+        script = ""
+        for status, headers, module in await client_modules(port):
+            assert status == 200
+            assert headers["content-type"].startswith("text/javascript")
+            script += module
         for needle in ('"hello"', "/v1/ws", 'split("\\n")', "resume", "4401", "4429"):
             assert needle in script, needle
         # Message text reaches the page only as text nodes.

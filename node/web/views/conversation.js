@@ -1,0 +1,215 @@
+// The main conversation: opening a scope, paging its history, rendering the
+// timeline, live messages and thread summaries, and the main composer.
+
+import { STORAGE_SCOPE, PAGE, state, rememberThread, observe } from "../store.js";
+import { $, show, setText } from "../dom.js";
+import { describeError, scopeLabel } from "../format.js";
+import { mentionsMe } from "../markdown.js";
+import { request } from "../connection.js";
+import { pendingFor, renderPending, enqueue } from "../outbox.js";
+import { scheduleMarkRead } from "../readstate.js";
+import { notifyMention } from "../notifications.js";
+import { refreshScopes, renderScopes } from "./sidebar.js";
+import { startsGroup, messageNode } from "./message.js";
+import { loadOwner } from "./edits.js";
+import { takeComposer, clearComposer } from "./uploads.js";
+import { renderThread } from "./thread.js";
+import { openMembers } from "./members.js";
+
+export async function openScope(scopeId) {
+  state.current = scopeId;
+  localStorage.setItem(STORAGE_SCOPE, scopeId);
+  state.view = { scopeId, messages: new Map(), hasMore: false, loading: true, error: "" };
+  const scope = state.scopes.get(scopeId);
+  $("scope-title").textContent = scope ? scopeLabel(scope) : "…";
+  $("members-button").disabled = false;
+  setComposerEnabled(true);
+  setText($("composer-note"), "");
+  if (state.panel?.kind === "members") openMembers();
+  if (scope?.type === "channel") loadOwner(scopeId);
+  renderScopes();
+  renderTimeline({ stick: true });
+  await loadHistory(scopeId, null);
+}
+
+export async function loadHistory(scopeId, beforeSeq) {
+  const view = state.view;
+  if (!view || view.scopeId !== scopeId) return;
+  view.loading = true;
+  const fields = { target: "scope:" + scopeId, limit: PAGE };
+  if (beforeSeq !== null) fields.beforeSeq = beforeSeq;
+  try {
+    const page = await request("history", fields);
+    if (state.view !== view) return;
+    for (const message of page.messages) view.messages.set(message.seq, message);
+    view.hasMore = page.hasMore;
+    if (beforeSeq === null) observe(scopeId, page.coversThroughSeq);
+    view.error = "";
+    view.loading = false;
+    renderTimeline({ stick: beforeSeq === null, keepOffset: beforeSeq !== null });
+    scheduleMarkRead();
+  } catch (err) {
+    if (state.view !== view) return;
+    view.loading = false;
+    view.error = err.code === "disconnected" ? "" : "Could not load history — " + describeError(err);
+    renderTimeline({});
+  }
+}
+
+export function rerender() {
+  if (state.view) renderTimeline({});
+  if (state.panel?.kind === "thread") renderThread({});
+}
+
+export function copiesOf(messageId) {
+  // Every copy of a message the views hold (the timeline, the thread panel, its root).
+  const out = [];
+  if (state.view) for (const m of state.view.messages.values()) if (m.id === messageId) out.push(m);
+  if (state.panel?.kind === "thread") {
+    for (const m of state.panel.messages.values()) if (m.id === messageId) out.push(m);
+    if (state.panel.root?.id === messageId) out.push(state.panel.root);
+  }
+  return out;
+}
+
+export function noteError(text) {
+  setText($("composer-note"), text);
+  $("composer-note").className = "note error";
+}
+
+export function renderTimeline({ stick = false, keepOffset = false } = {}) {
+  const box = $("timeline");
+  const list = $("messages");
+  const view = state.view;
+  const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+  const fromBottom = box.scrollHeight - box.scrollTop;
+  const restoreFocus = keepEditorFocus();
+  list.replaceChildren();
+  renderPending();
+  show($("jump-latest"), Boolean(view?.detached));
+  if (!view) {
+    show($("load-older"), false);
+    setText($("timeline-empty"), state.me ? "Pick a conversation on the left to start reading." : "");
+    $("timeline-empty").classList.remove("error");
+    return;
+  }
+  const messages = [...view.messages.values()].sort((a, b) => a.seq - b.seq);
+  let previous = null;
+  for (const message of messages) {
+    list.append(messageNode(message, { grouped: !startsGroup(message, previous) }));
+    previous = message;
+  }
+  show($("load-older"), view.hasMore && !view.loading);
+  const empty = $("timeline-empty");
+  if (view.error) setText(empty, view.error);
+  else if (view.loading && !messages.length) setText(empty, "Loading…");
+  else setText(empty, messages.length || pendingFor(view.scopeId).length ? "" : "No messages yet. Say hello.");
+  empty.classList.toggle("error", Boolean(view.error));
+  if (keepOffset) box.scrollTop = box.scrollHeight - fromBottom;
+  else if ((stick || atBottom) && !view.detached) box.scrollTop = box.scrollHeight;
+  restoreFocus();
+}
+
+export function keepEditorFocus() {
+  // Re-rendering replaces the nodes: an edit box being typed in keeps focus and caret.
+  const active = document.activeElement;
+  if (!active?.closest?.(".edit-form") || active.tagName !== "TEXTAREA") return () => {};
+  const [start, end] = [active.selectionStart, active.selectionEnd];
+  return () => {
+    const box = document.querySelector(".edit-form textarea");
+    if (!box || box === active) return;
+    box.focus();
+    box.setSelectionRange(start, end);
+  };
+}
+
+export function onMessage(scopeId, message) {
+  if (!message) return;
+  observe(scopeId, message.seq);
+  const mine = state.me && message.author?.memberId === state.me.id;
+  let shown = false;
+  if (state.view && state.view.scopeId === scopeId && !state.view.detached) {
+    state.view.messages.set(message.seq, message);
+    renderTimeline({ stick: mine });
+    shown = true;
+  }
+  const thread = state.panel?.kind === "thread" ? state.panel : null;
+  if (thread && thread.scopeId === scopeId) {
+    if (!thread.messages.has(message.seq)) thread.messages.set(message.seq, message);
+    renderThread({ stick: true });
+    shown = true;
+  }
+  const info = state.threads[scopeId];
+  if (info && !onMessage.seen?.has(message.id)) {
+    // Keep the root's "N replies" current even before the node's summary arrives.
+    (onMessage.seen ??= new Set()).add(message.id);
+    state.replyCounts.set(info.rootId, Math.max(state.replyCounts.get(info.rootId) || 0, message.seq));
+    if (state.view?.scopeId === info.parentId) renderTimeline({});
+  }
+  if (!mine && mentionsMe(message)) notifyMention(scopeId, message, shown);
+  const scope = state.scopes.get(scopeId);
+  if (!scope) {
+    refreshScopes(); // a new DM or thread we were just added to
+    return;
+  }
+  scope.latestSeq = Math.max(scope.latestSeq || 0, message.seq);
+  if (shown && document.visibilityState === "visible") scheduleMarkRead();
+  else if (!mine && message.seq > (scope.lastReadSeq || 0)) scope.unread = (scope.unread || 0) + 1;
+  renderScopes();
+}
+
+export function onThreadUpdated(frame) {
+  const thread = frame.thread || frame;
+  const rootId = frame.rootMessageId || frame.messageId || thread.rootMessageId;
+  if (!rootId) return;
+  const parentId = frame.parentScopeId || frame.scopeId;
+  if (thread.scopeId && !state.threads[thread.scopeId] && state.view) {
+    const root = [...state.view.messages.values()].find((m) => m.id === rootId);
+    if (root) rememberThread(thread.scopeId, root, root.scopeId);
+  }
+  if (state.view && state.view.scopeId === parentId) {
+    for (const message of state.view.messages.values()) {
+      if (message.id === rootId) message.thread = { ...(message.thread || {}), ...thread };
+    }
+    renderTimeline({});
+  }
+  const panel = state.panel?.kind === "thread" ? state.panel : null;
+  if (panel?.root?.id === rootId) panel.root.thread = { ...(panel.root.thread || {}), ...thread };
+  // A thread we were just admitted to (its root's author, a participant) shows up unread.
+  if (thread.scopeId && !state.scopes.has(thread.scopeId)) refreshScopes();
+}
+
+export function setComposerEnabled(enabled) {
+  $("composer-input").disabled = !enabled;
+  $("composer-send").disabled = !enabled;
+  $("attach-button").disabled = !enabled;
+}
+
+export function sendMain(event) {
+  event.preventDefault();
+  if (!state.current) return;
+  const input = $("composer-input");
+  const content = input.value;
+  const extra = takeComposer("main");
+  if (extra === null) {
+    noteError("Wait for the uploads to finish, then send.");
+    return;
+  }
+  if (!content.trim() && !extra.attachmentIds && !extra.forward) return;
+  if (extra.forward) extra.quote = state.composers.main.quote;
+  input.value = "";
+  setText($("composer-note"), "");
+  $("composer-note").setAttribute("role", "status");
+  clearComposer("main");
+  enqueue("scope:" + state.current, state.current, content, { ...extra, where: "main" });
+  input.focus();
+}
+
+export function enterToSend(form) {
+  return (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  };
+}

@@ -1,0 +1,233 @@
+// The sidebar: the conversation lists with unread badges, the page title and
+// favicon dot, the people directory, and the open conversation's tools
+// (notification level, leave, create channel).
+
+import { STORAGE_SCOPE, state, rememberThread } from "../store.js";
+import { $, el, show, setText } from "../dom.js";
+import { describeError, scopeLabel } from "../format.js";
+import { request, isUnknownOp } from "../connection.js";
+import { scheduleMarkRead } from "../readstate.js";
+import { openScope, renderTimeline, setComposerEnabled } from "./conversation.js";
+import { closePanel, openThreadScope } from "./thread.js";
+
+const BASE_TITLE = "scopenode";
+
+export function refreshScopes(delay = 50) {
+  clearTimeout(state.scopesRefresh);
+  return new Promise((resolve) => {
+    state.scopesRefresh = setTimeout(async () => {
+      try {
+        await refreshScopesNow();
+        if (state.current && state.scopes.has(state.current)) scheduleMarkRead();
+      } catch (err) {
+        if (err.code !== "disconnected") console.warn("scopes", describeError(err));
+      }
+      resolve();
+    }, delay);
+  });
+}
+
+export async function refreshScopesNow() {
+  const result = await request("scopes");
+  state.scopes = new Map(result.scopes.map((s) => [s.id, s]));
+  renderScopes();
+  labelDms();
+  labelThreads();
+}
+
+async function labelDms() {
+  for (const scope of state.scopes.values()) {
+    if (scope.type !== "dm" || state.dmPeers.has(scope.id)) continue;
+    try {
+      const { members } = await request("members", { scopeId: scope.id });
+      const other = members.find((m) => m.id !== state.me?.id) || members[0];
+      if (other) state.dmPeers.set(scope.id, other);
+      for (const m of members) if (!state.people.has(m.id)) state.people.set(m.id, m);
+    } catch {
+      continue;
+    }
+  }
+  renderScopes();
+}
+
+async function labelThreads() {
+  for (const scope of state.scopes.values()) {
+    if (scope.type !== "thread" || state.threads[scope.id]) continue;
+    try {
+      const page = await request("history", { target: "scope:" + scope.id, limit: 1 });
+      if (page.root) {
+        rememberThread(scope.id, page.root, page.root.scopeId);
+        const seen = state.replyCounts.get(page.root.id) || 0;
+        state.replyCounts.set(page.root.id, Math.max(seen, page.latestSeq || 0));
+      }
+    } catch {
+      continue;
+    }
+  }
+  renderScopes();
+  if (state.view) renderTimeline({});
+}
+
+export async function loadPeople() {
+  if (state.unsupported.has("people")) return peopleFromRosters();
+  try {
+    const result = await request("people");
+    const list = result.people || result.members || [];
+    state.people = new Map(list.map((p) => [p.id, p]));
+    if (state.view) renderTimeline({});
+  } catch (err) {
+    if (isUnknownOp(err)) {
+      state.unsupported.add("people");
+      await peopleFromRosters();
+    }
+  }
+}
+
+async function peopleFromRosters() {
+  // Until the node lists people, everyone met in a joined channel is known.
+  for (const scope of state.scopes.values()) {
+    if (scope.type !== "channel") continue;
+    try {
+      const { members } = await request("members", { scopeId: scope.id });
+      for (const m of members) state.people.set(m.id, m);
+    } catch {
+      continue;
+    }
+  }
+}
+
+function totalUnread() {
+  let total = 0;
+  for (const scope of state.scopes.values()) {
+    if (scope.id === state.current || scope.notification === "mute") continue;
+    if (state.panel?.kind === "thread" && state.panel.scopeId === scope.id) continue;
+    total += scope.unread || 0;
+  }
+  return total;
+}
+
+function updateTitle() {
+  const unread = totalUnread();
+  const where = state.current ? scopeLabel(state.scopes.get(state.current)) : "";
+  const base = where ? `${where} — ${BASE_TITLE}` : BASE_TITLE;
+  document.title = unread ? `(${unread}) ${base}` : base;
+  const icon = $("favicon");
+  const dot = unread
+    ? "%3Ccircle cx='25' cy='7' r='7' fill='%23e5484d'/%3E"
+    : "";
+  icon.href =
+    "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 32 32'%3E" +
+    "%3Crect width='32' height='32' rx='7' fill='%232456c7'/%3E" +
+    "%3Cpath d='M9 11h14M9 16h10M9 21h7' stroke='white' stroke-width='3' stroke-linecap='round'/%3E" +
+    dot +
+    "%3C/svg%3E";
+}
+
+const TYPE_LIST = { channel: "channel-list", dm: "dm-list", thread: "thread-list", task: "channel-list" };
+
+export function renderScopes() {
+  const lists = { "channel-list": [], "dm-list": [], "thread-list": [] };
+  const scopes = [...state.scopes.values()].sort((a, b) => scopeLabel(a).localeCompare(scopeLabel(b)));
+  for (const scope of scopes) {
+    const open =
+      scope.id === state.current || (state.panel?.kind === "thread" && state.panel.scopeId === scope.id);
+    const unread = open || scope.notification === "mute" ? 0 : scope.unread || 0;
+    const label = scopeLabel(scope);
+    const link = el(
+      "a",
+      {
+        href: "#c=" + encodeURIComponent(scope.id),
+        class: "scope" + (unread ? " has-unread" : ""),
+        "aria-current": open ? "page" : null,
+        title: label,
+        "data-scope": scope.id,
+        onclick: (event) => {
+          event.preventDefault();
+          if (scope.type === "thread") openThreadScope(scope.id);
+          else openScope(scope.id);
+        },
+      },
+      el("span", { class: "scope-name" }, label),
+      unread
+        ? el(
+            "span",
+            { class: "badge" },
+            el("span", { "aria-hidden": "true" }, unread > 99 ? "99+" : String(unread)),
+            el("span", { class: "sr-only" }, ` ${unread} unread`),
+          )
+        : null,
+      scope.notification === "mute" ? el("span", { class: "tag", title: "Muted" }, "muted") : null,
+    );
+    lists[TYPE_LIST[scope.type] || "channel-list"].push(el("li", {}, link));
+  }
+  for (const [id, items] of Object.entries(lists)) $(id).replaceChildren(...items);
+  show($("threads-title"), lists["thread-list"].length > 0);
+  setText($("scope-empty"), scopes.length ? "" : "No conversations yet — browse channels to join one.");
+  const current = state.scopes.get(state.current);
+  if (current) $("scope-title").textContent = scopeLabel(current);
+  renderScopeTools();
+  updateTitle();
+}
+
+function renderScopeTools() {
+  const scope = state.scopes.get(state.current);
+  const select = $("notify-select");
+  show(select, Boolean(scope));
+  show(document.querySelector("label[for=notify-select]"), Boolean(scope));
+  if (scope) select.value = ["active", "quiet", "mute"].includes(scope.notification) ? scope.notification : "active";
+  // DMs are fixed at creation: only channels and threads can be left.
+  show($("leave-button"), Boolean(scope && scope.type === "channel"));
+}
+
+export async function createChannel(event) {
+  event.preventDefault();
+  const slug = $("create-slug").value.trim();
+  const name = $("create-name").value.trim() || slug;
+  const visibility = $("create-visibility").value;
+  setText($("create-error"), "");
+  try {
+    const { scopeId } = await request("createChannel", { slug, name, visibility });
+    $("create-form").reset();
+    $("create-form").closest("details").open = false;
+    await refreshScopesNow();
+    openScope(scopeId);
+  } catch (err) {
+    setText($("create-error"), describeError(err));
+  }
+}
+
+export async function leaveCurrent() {
+  const scope = state.scopes.get(state.current);
+  if (!scope || !confirm(`Leave ${scopeLabel(scope)}?`)) return;
+  try {
+    await request("leave", { scopeId: scope.id });
+  } catch (err) {
+    setText($("composer-note"), describeError(err));
+    $("composer-note").className = "note error";
+    return;
+  }
+  state.current = null;
+  state.view = null;
+  localStorage.removeItem(STORAGE_SCOPE);
+  closePanel();
+  $("scope-title").textContent = "Select a conversation";
+  $("members-button").disabled = true;
+  setComposerEnabled(false);
+  await refreshScopesNow();
+  renderTimeline({});
+}
+
+export async function setNotification() {
+  const scope = state.scopes.get(state.current);
+  if (!scope) return;
+  const value = $("notify-select").value;
+  try {
+    await request("setNotification", { scopeId: scope.id, state: value });
+    scope.notification = value;
+    renderScopes();
+  } catch (err) {
+    setText($("composer-note"), describeError(err));
+    $("composer-note").className = "note error";
+    renderScopeTools();
+  }
+}
