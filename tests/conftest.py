@@ -10,6 +10,12 @@ As root, the embedded clusters of data dirs the server user cannot reach
 ``/var/lib/scopenode-pg``; ``_private_clusters_left_as_found`` removes the
 ones this session created and fails the session if one of them still has a
 running server.
+
+A test that needs a tool from outside the project (Chromium, HAProxy,
+Node.js, ...) says so with :func:`require_tool` (or :func:`tool_missing` where
+the lookup happens in a fixture): under ``CI=true`` a missing tool fails the
+test, elsewhere it skips, and the terminal summary lists what was skipped for
+which tool.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ import shutil
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import psycopg
 import pytest
@@ -180,3 +188,81 @@ def _quiet_logs() -> None:
     from node import logs
 
     logs.configure("info", json=False)
+
+
+# ---------------------------------------------------------------- tools from outside
+
+_MISSING_TOOL = "missing_tool"  # the attribute of a tool skip, and its report's user property
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+def tool_missing(name: str, reason: str, *, optional_in_ci: bool = False) -> NoReturn:
+    """End the current test for want of ``name``: a failure under ``CI=true``,
+    where every tool the suite uses is installed (``.ci/run``), else a skip.
+
+    ``optional_in_ci`` is for what CI cannot promise (running as root).
+    """
+    if in_ci() and not optional_in_ci:
+        pytest.fail(f"{name} is required under CI=true: {reason}", pytrace=False)
+    # Reported at the test (as skipif marks are), not at this line.
+    skip = pytest.skip.Exception(f"{name} is missing: {reason}", _use_item_location=True)
+    setattr(skip, _MISSING_TOOL, name)
+    raise skip
+
+
+def require_tool(
+    name: str, missing: str | None, *, optional_in_ci: bool = False
+) -> pytest.MarkDecorator:
+    """Mark a test (or a module, in ``pytestmark``) as needing ``name``.
+
+    ``missing`` is the tool lookup's answer: why it cannot be used here, or
+    None when it is found. Acted on at setup by :func:`tool_missing`.
+    """
+    return pytest.mark.requires_tool(name, missing, optional_in_ci=optional_in_ci)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "requires_tool(name, missing): needs a tool from outside the project "
+        "(failed under CI=true when missing, else skipped); see require_tool",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture: a test whose tool is missing neither starts servers
+    nor runs."""
+    for mark in item.iter_markers("requires_tool"):
+        name, missing = mark.args
+        if missing is not None:
+            tool_missing(name, missing, optional_in_ci=mark.kwargs["optional_in_ci"])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if call.excinfo is not None and (tool := getattr(call.excinfo.value, _MISSING_TOOL, None)):
+        report.user_properties.append((_MISSING_TOOL, tool))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    skipped = Counter(
+        value
+        for report in terminalreporter.stats.get("skipped", [])
+        for key, value in getattr(report, "user_properties", ())
+        if key == _MISSING_TOOL
+    )
+    if not skipped:
+        return
+    counts = ", ".join(
+        f"{tool} ({n} test{'s' if n != 1 else ''})" for tool, n in sorted(skipped.items())
+    )
+    terminalreporter.write_sep("-", "tools missing", yellow=True)
+    terminalreporter.write_line(f"skipped because a tool is missing: {counts}")

@@ -27,6 +27,7 @@ from bench.wsframes import (
     parse_upgrade_response,
     upgrade_request,
 )
+from tests.conftest import require_tool
 
 
 def server_frame(payload: str | bytes) -> bytes:
@@ -161,7 +162,10 @@ def test_raw_fanout_baseline_with_reader_processes_counts_exactly() -> None:
     assert out["latency"]["count"] > 0
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js not installed")
+@require_tool(
+    "Node.js",
+    None if shutil.which("node") else "no node on PATH (Debian: apt-get install nodejs npm)",
+)
 def test_node_ws_fanout_baseline_counts_exactly() -> None:
     cmd, why = ensure_node_peer()
     assert cmd is not None, why

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 import trio
 
+from tests.conftest import require_tool
 from tests.nodes import RunningNode, running_node
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def browser_missing() -> str | None:
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(browser_missing() is not None, reason=f"browser tests: {browser_missing()}"),
+    require_tool("chromium", browser_missing()),
 ]
 
 STEP_MS = 15_000  # one browser expectation; the node restart below waits longer

@@ -27,6 +27,7 @@ from node.client import Client, open_client
 from node.cluster_cli import HAPROXY_MISSING, find_haproxy, free_ports
 from storage import directory, scopes
 from storage.pg import connect
+from tests.conftest import require_tool
 from tests.nodes import Person, RunningNode, World, make_channel, running_node
 
 WAIT = 5.0
@@ -325,7 +326,7 @@ async def _read_until(stream: Any, marker: str, timeout: float) -> list[str]:
     return lines
 
 
-@pytest.mark.skipif(find_haproxy() is None, reason=HAPROXY_MISSING)
+@require_tool("haproxy", None if find_haproxy() else HAPROXY_MISSING)
 async def test_cluster_up_two_nodes_chat_through_haproxy(database_url: str, tmp_path: Path) -> None:
     port = free_ports(1)[0]
     command = [sys.executable, "-m", "node", "cluster", "up", "--nodes", "2", "--port", str(port)]

@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from node.cluster_cli import HAPROXY_MISSING, find_haproxy
+from tests.conftest import require_tool
 from tests.proc_cluster import (
     all_sent,
     check_scope,
@@ -27,7 +28,7 @@ from tests.proc_cluster import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(find_haproxy() is None, reason=HAPROXY_MISSING),
+    require_tool("haproxy", None if find_haproxy() else HAPROXY_MISSING),
     # While HAProxy has not yet marked the dead node down it answers some
     # upgrades 502; trio-websocket 0.12 then never closes the client's socket
     # (open_client cannot reach it), which only the garbage collector reports.

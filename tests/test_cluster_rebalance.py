@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from node.cluster_cli import HAPROXY_MISSING, find_haproxy
+from tests.conftest import require_tool
 from tests.proc_cluster import (
     Team,
     all_sent,
@@ -31,7 +32,7 @@ from tests.proc_cluster import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(find_haproxy() is None, reason=HAPROXY_MISSING),
+    require_tool("haproxy", None if find_haproxy() else HAPROXY_MISSING),
     # See tests/test_cluster_failover.py: a rejected upgrade leaks a client socket.
     pytest.mark.filterwarnings(
         "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"

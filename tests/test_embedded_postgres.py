@@ -44,6 +44,7 @@ from tests.clusters import (
     remove_cluster_outside,
     stop_leftover,
 )
+from tests.conftest import require_tool
 
 ServerFactory = Callable[[Path], EmbeddedPostgres]
 
@@ -391,7 +392,11 @@ async def test_an_admin_command_leaves_a_running_nodes_server_to_the_node(
     assert_stopped(cluster_dir, pg_pid)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="private clusters exist only as root")
+@require_tool(
+    "root",
+    None if os.geteuid() == 0 else "private clusters exist only as root",
+    optional_in_ci=True,
+)
 async def test_the_cluster_of_a_deleted_data_dir_is_removed_by_the_next_node(
     tmp_path: Path,
 ) -> None:

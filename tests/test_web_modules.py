@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from node.http import static
+from tests.conftest import require_tool
 from tests.test_browser import browser_missing, chromium_path
 
 if TYPE_CHECKING:
@@ -24,9 +25,7 @@ if TYPE_CHECKING:
 
 WEB = Path(__file__).resolve().parent.parent / "node" / "web"
 ORIGIN = "http://scopenode.test"
-needs_browser = pytest.mark.skipif(
-    browser_missing() is not None, reason=f"browser tests: {browser_missing()}"
-)
+needs_browser = require_tool("chromium", browser_missing())
 
 
 # ---------------------------------------------------------------- the static server
