@@ -39,7 +39,12 @@ class NotificationState(enum.StrEnum):
 
 
 class DeliveryPolicy(enum.StrEnum):
-    """The five committed-delivery policies (docs/design.md#delivery); only the first is used yet."""
+    """The committed-delivery policies an outbox row can name (docs/design.md#delivery).
+
+    Sends' realtime and wake rows, and edits' wake rows, are ``INLINE_ORDINARY``;
+    an edit's or delete's projection row is ``WORKER_FIRST_MUTATION``. The
+    other three are allowed by the schema and written by nothing.
+    """
 
     INLINE_ORDINARY = "inline_ordinary"
     AUTONOMOUS_STORE_RECOVERABLE = "autonomous_store_recoverable"

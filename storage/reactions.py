@@ -411,14 +411,3 @@ def stored_reactions(value: Sequence[Sequence[Any]] | None) -> tuple[StoredReact
         StoredReaction(str(member_id), str(emoji), int(rank), owner)
         for member_id, emoji, rank, owner in value or ()
     )
-
-
-MESSAGE_HOME = "SELECT scope_id, workspace_id FROM scope_messages WHERE id = %s"
-
-
-async def message_home(conn: TrioConnection, message_id: str) -> tuple[str, str] | None:
-    """(scope, workspace) of a message, or None when there is no such message."""
-    with map_errors():
-        cur = await conn.execute(MESSAGE_HOME, (message_id,))
-        row = await cur.fetchone()
-    return (row[0], row[1]) if row else None
