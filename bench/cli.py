@@ -479,6 +479,7 @@ def failed_checks(results: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``scopenode bench ARGS``: the ``scopenode.commands`` entry point ``bench``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["search"]:
         # Its own corpus and report (bench/search.py): no sessions or baselines of the rest.

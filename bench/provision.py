@@ -49,7 +49,7 @@ def scopenode_cmd() -> list[str]:
     exe = shutil.which("scopenode")
     if exe is not None:
         return [exe]
-    return [sys.executable, "-c", "import sys; from node.cli import main; sys.exit(main())"]
+    return [sys.executable, "-m", "node"]
 
 
 class CliProvisioner:

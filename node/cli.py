@@ -1,4 +1,10 @@
-"""``scopenode``: serve, administration, db verify, bench.
+"""``scopenode``: serve, administration, db verify, search, and the registered commands.
+
+``serve``, ``admin``, ``db`` and ``search`` are defined here. Every other
+command is registered by its package under the ``scopenode.commands`` entry
+point group (pyproject.toml): ``scopenode NAME ARGS…`` loads NAME's
+``main(args) -> int`` and hands it the rest of the line, so this module never
+imports the code of a command it does not run.
 
 Admin commands print one JSON object on stdout. Every error is one line on
 stderr naming the argument and what is wrong, with exit code 2: never a
@@ -11,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import re
-import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -27,6 +32,7 @@ from actors.model import MemberType
 from node import logs
 from node.config import MAX_ATTACHMENT_BYTES, Settings, load_moderation
 from node.database import open_database, verify
+from node.listen import address_in_use, listen_problem
 from storage import directory, scopes
 from storage import search as search_index
 from storage.errors import (
@@ -44,6 +50,8 @@ HANDLE_PATTERN = "[a-z0-9][a-z0-9_.-]{0,63}"
 SLUG_PATTERN = "[a-z0-9][a-z0-9_-]{0,79}"
 WORKSPACE_NAME_MAX = 200
 USAGE_ERROR = 2
+COMMANDS_GROUP = "scopenode.commands"
+BUILT_IN_COMMANDS = ("serve", "admin", "db", "search")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -145,15 +153,18 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--workspace", help="required when there is more than one")
         _common(sub)
 
-    commands.add_parser(
-        "bench", help="load-test a node (see `scopenode bench --help`)", add_help=False
-    )
-    commands.add_parser(
-        "cluster",
-        help="N nodes behind HAProxy on one PostgreSQL (see `scopenode cluster up --help`)",
-        add_help=False,
-    )
+    for name in sorted(registered_commands()):
+        commands.add_parser(name, help=f"see `scopenode {name} --help`", add_help=False)
     return parser
+
+
+def registered_commands() -> dict[str, EntryPoint]:
+    """The commands other packages register, by name; none is imported here.
+
+    A name the node defines itself stays the node's.
+    """
+    found = entry_points(group=COMMANDS_GROUP)
+    return {e.name: e for e in found if e.name not in BUILT_IN_COMMANDS}
 
 
 class CliError(Exception):
@@ -162,14 +173,11 @@ class CliError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["bench"]:
-        from bench.cli import main as bench_main
-
-        return bench_main(args_list[1:])
-    if args_list[:1] == ["cluster"]:
-        from node.cluster_cli import main as cluster_main
-
-        return cluster_main(args_list[1:])
+    if args_list and args_list[0] not in BUILT_IN_COMMANDS:
+        command = registered_commands().get(args_list[0])
+        if command is not None:
+            run: Callable[[list[str]], int] = command.load()
+            return run(args_list[1:])
     args = build_parser().parse_args(args_list)
     if args.command == "serve":
         return _serve(args)
@@ -224,7 +232,7 @@ def _serve(args: argparse.Namespace) -> int:
     from node.app import serve_node
     from node.memory import limit_allocator_arenas
 
-    problem = _listen_problem(args.host, args.port)
+    problem = listen_problem(args.host, args.port)
     if problem is not None:
         # Checked before anything is created: a busy port must not leave a
         # freshly initialised data dir behind.
@@ -233,7 +241,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.metrics_bind is not None:
         host, port = args.metrics_bind
         flag = "--metrics-bind"
-        if problem := _listen_problem(host, port, host_flag=flag, port_flag=flag):
+        if problem := listen_problem(host, port, host_flag=flag, port_flag=flag):
             print(f"scopenode: {problem}", file=sys.stderr)
             return USAGE_ERROR
     settings = Settings(
@@ -262,48 +270,11 @@ def _serve(args: argparse.Namespace) -> int:
             trio.run(serve_node, settings)
     except BaseException as exc:
         # Another process may take the port between the check and the bind.
-        if not _address_in_use(exc):
+        if not address_in_use(exc):
             raise
         print(f"scopenode: port {args.port} is in use; pass --port", file=sys.stderr)
         return USAGE_ERROR
     return 0
-
-
-def _listen_problem(
-    host: str, port: int, *, host_flag: str = "--host", port_flag: str = "--port"
-) -> str | None:
-    """Why the node could not listen on (host, port), tried as trio will bind it;
-    the flags named are the ones to change."""
-    if not 0 <= port <= 65535:
-        return f"{port_flag}: {port} is not a TCP port (0 to 65535)"
-    if port == 0:
-        return None
-    try:
-        addresses = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-    except socket.gaierror:
-        return f"{host_flag}: cannot resolve {host!r}"
-    for family, type_, proto, _, address in addresses:
-        with socket.socket(family, type_, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    return f"port {port} is in use; pass {port_flag}"
-                return f"{host_flag}: cannot listen on {host} ({exc.strerror})"
-    return None
-
-
-def _address_in_use(exc: BaseException) -> bool:
-    if isinstance(exc, OSError):
-        return exc.errno == errno.EADDRINUSE
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_address_in_use(inner) for inner in exc.exceptions)
-    return False
 
 
 Handler = Callable[[argparse.Namespace, str], Awaitable[dict[str, Any]]]

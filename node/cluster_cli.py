@@ -26,6 +26,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
+from node.listen import listen_problem
+
 USAGE_ERROR = 2
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
@@ -174,6 +176,7 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``scopenode cluster ARGS``: the ``scopenode.commands`` entry point ``cluster``."""
     args = build_parser().parse_args(argv)
     if args.nodes < 1:
         print("scopenode: --nodes: at least 1", file=sys.stderr)
@@ -182,9 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if haproxy is None:
         print(f"scopenode: {HAPROXY_MISSING}", file=sys.stderr)
         return USAGE_ERROR
-    from node.cli import _listen_problem
-
-    problem = _listen_problem(args.host, args.port)
+    problem = listen_problem(args.host, args.port)
     if problem is not None:
         print(f"scopenode: {problem}", file=sys.stderr)
         return USAGE_ERROR
