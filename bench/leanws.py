@@ -4,36 +4,33 @@ The load generator shares the machine's cores with the node and its
 database, so every microsecond it spends per message is taken from what it
 measures. trio-websocket runs each message through wsproto (pure-Python
 parsing and unmasking), a reader task and a memory channel; this transport
-reads straight from the socket, walks server→client frame headers (never
-masked, RFC 6455 §5.1), and masks outgoing frames with a random key in C
-(``websockets.speedups.apply_mask``, as the node unmasks). It speaks what the
-bench needs: text messages (fragmented or not), ping → pong, close.
+reads straight from the socket and frames with :mod:`protocol.wsframes`
+(server→client headers walked by ``frame_at``, outgoing frames masked in C
+by ``client_frame``, as the node unmasks). It speaks what the bench needs:
+text messages (fragmented or not), ping → pong, close.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import urllib.parse
 from collections import deque
 
 import trio
 
-try:
-    from websockets.speedups import apply_mask
-except ImportError:  # a platform without the wheel's C extension
-    from websockets.utils import apply_mask
-
-from bench.wsframes import (
+from bench.wsframes import parse_upgrade_response, upgrade_request
+from protocol.wsframes import (
+    ABNORMAL,
     OP_CLOSE,
     OP_CONT,
     OP_PING,
     OP_PONG,
     OP_TEXT,
-    FrameError,
-    parse_upgrade_response,
-    server_frame_at,
-    upgrade_request,
+    WebSocketError,
+    client_frame,
+    close_payload,
+    frame_at,
+    parse_close,
 )
 
 _READ = 65536
@@ -46,19 +43,6 @@ class Closed(Exception):
         self.code = code
         self.reason = reason
         super().__init__(f"closed ({code}: {reason})")
-
-
-def masked_frame(payload: bytes, opcode: int = OP_TEXT) -> bytes:
-    """One final client→server frame, masked with a random key."""
-    n = len(payload)
-    if n < 126:
-        head = bytes((0x80 | opcode, 0x80 | n))
-    elif n < 1 << 16:
-        head = bytes((0x80 | opcode, 0x80 | 126)) + n.to_bytes(2, "big")
-    else:
-        head = bytes((0x80 | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
-    key = os.urandom(4)
-    return head + key + apply_mask(payload, key)
 
 
 class LeanWebSocket:
@@ -75,7 +59,7 @@ class LeanWebSocket:
 
     async def send_message(self, message: str | bytes) -> None:
         payload = message.encode() if isinstance(message, str) else message
-        await self._send(masked_frame(payload))
+        await self._send(client_frame(payload))
 
     async def get_message(self) -> str:
         while not self._messages:
@@ -83,7 +67,7 @@ class LeanWebSocket:
                 raise self.closed
             data = await self._stream.receive_some(_READ)
             if not data:
-                self.closed = Closed(1006, "connection lost")
+                self.closed = Closed(ABNORMAL, "connection lost")
                 raise self.closed
             self._buf += data
             self._parse()
@@ -96,7 +80,7 @@ class LeanWebSocket:
         if self.closed is None:
             self.closed = Closed(code, "closed by the client")
             with contextlib.suppress(Closed):  # the peer may be gone already
-                await self._send(masked_frame(code.to_bytes(2, "big"), OP_CLOSE))
+                await self._send(client_frame(close_payload(code), OP_CLOSE))
         await self._stream.aclose()
 
     async def _send(self, data: bytes) -> None:
@@ -104,36 +88,34 @@ class LeanWebSocket:
             async with self._send_lock:
                 await self._stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self.closed = self.closed or Closed(1006, "connection lost")
+            self.closed = self.closed or Closed(ABNORMAL, "connection lost")
             raise self.closed from exc
 
     def _parse(self) -> None:
         buf = self._buf
         pos = 0
-        while (found := server_frame_at(buf, pos)) is not None:
-            b0, start, end = found
-            self._frame(b0, bytes(buf[start:end]))
+        while (found := frame_at(buf, pos)) is not None:
+            opcode, fin, start, end = found
+            self._frame(opcode, fin, bytes(buf[start:end]))
             pos = end
         if pos:
             del buf[:pos]
 
-    def _frame(self, b0: int, payload: bytes) -> None:
-        opcode = b0 & 0x0F
+    def _frame(self, opcode: int, fin: int, payload: bytes) -> None:
         if opcode in (OP_TEXT, OP_CONT):
-            if b0 & 0x80 and not self._fragments:
+            if fin and not self._fragments:
                 self._messages.append(payload.decode())
             else:
                 self._fragments.append(payload)
-                if b0 & 0x80:
+                if fin:
                     self._messages.append(b"".join(self._fragments).decode())
                     self._fragments.clear()
         elif opcode == OP_PING:
-            self._control.append(masked_frame(payload, OP_PONG))
+            self._control.append(client_frame(payload, OP_PONG))
         elif opcode == OP_CLOSE:
-            code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 1005
-            self.closed = Closed(code, payload[2:].decode(errors="replace"))
+            self.closed = Closed(*parse_close(payload))
         elif opcode != OP_PONG:
-            raise FrameError(f"unexpected opcode {opcode:#x}")
+            raise WebSocketError(f"unexpected opcode {opcode:#x}")
 
 
 async def connect(url: str, timeout: float) -> LeanWebSocket:
@@ -151,7 +133,7 @@ async def connect(url: str, timeout: float) -> LeanWebSocket:
             while (head := parse_upgrade_response(buf)) is None:
                 data = await stream.receive_some(_READ)
                 if not data:
-                    raise Closed(1006, "closed during the upgrade")
+                    raise Closed(ABNORMAL, "closed during the upgrade")
                 buf += data
         except BaseException:
             await stream.aclose()

@@ -31,14 +31,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from bench.stats import Latency, own_cpu_s, raise_fd_limit
-from bench.wsframes import (
-    OP_PING,
-    FrameCounter,
-    FrameError,
-    client_frame,
-    parse_upgrade_response,
-    upgrade_request,
-)
+from bench.wsframes import FrameCounter, parse_upgrade_response, upgrade_request
+from protocol.wsframes import OP_PING, WebSocketError, client_frame
 
 
 @dataclass(frozen=True)
@@ -244,7 +238,7 @@ def _reader_main(targets: list[ReaderTarget], plan: ReaderPlan, ctl: Connection)
                         c.sock.setblocking(False)
                 before = c.fc.events
                 c.fc.feed(data)
-            except (FrameError, OSError) as e:
+            except (WebSocketError, OSError) as e:
                 fail(c, str(e))
                 continue
             if c.state == _SETUP:

@@ -63,8 +63,7 @@ from actors.ports import ReactionOutcome
 from bench import leanws
 from bench.rawfanout import accept_upgrade
 from bench.stats import Latency
-from node.wsframe import frame
-from node.wsinbound import TEXT, InboundFrames
+from protocol.wsframes import TEXT, InboundFrames, frame
 from storage import applier, directory, pg
 from storage import reactions as stored_reactions
 from storage import scopes as stored_scopes

@@ -7,7 +7,7 @@ for parsing plus the JSON decode into the protocol's frame types:
 
 * ``wsproto``: wsproto's server ``Connection`` (``receive_data`` + ``events``);
 * ``websockets``: websockets' sans-IO ``Protocol`` (C unmasking);
-* ``own+websockets``: :class:`node.wsinbound.InboundFrames` unmasking with
+* ``own+websockets``: :class:`protocol.wsframes.InboundFrames` unmasking with
   ``websockets.speedups.apply_mask``;
 * ``own+wsaccel``: the same parser unmasking with ``wsaccel`` (if installed);
 * ``own+int-xor``: the same parser unmasking with Python's big-int XOR.
@@ -24,11 +24,11 @@ from typing import Any, cast
 
 import msgspec
 
-from bench.wsframes import client_frame
-from node import wsinbound
+from protocol import wsframes
 from protocol.codec import decode_client_frame
+from protocol.wsframes import client_frame
 
-Unmask = wsinbound.Unmask
+Unmask = wsframes.Unmask
 
 
 def _send_payload(i: int) -> bytes:
@@ -98,14 +98,14 @@ def _run_websockets(reads: list[bytes], decode: bool) -> int:
 
 def _run_own(reads: list[bytes], decode: bool, unmask: Unmask | None = None) -> int:
     parser = (
-        wsinbound.InboundFrames(256 * 1024)
+        wsframes.InboundFrames(256 * 1024)
         if unmask is None
-        else wsinbound.InboundFrames(256 * 1024, unmask)
+        else wsframes.InboundFrames(256 * 1024, unmask)
     )
     got = 0
     for data in reads:
         for kind, payload in parser.feed(data):
-            if kind == wsinbound.TEXT:
+            if kind == wsframes.TEXT:
                 if decode:
                     decode_client_frame(payload)
                 got += 1

@@ -54,7 +54,6 @@ from node.views import (
     stored_message_view,
     without_recipients,
 )
-from node.wsframe import frame
 from protocol.codec import encode
 from protocol.errors import CloseCode
 from protocol.frames import (
@@ -68,6 +67,7 @@ from protocol.frames import (
     ThreadSummary,
     ThreadUpdatedEvent,
 )
+from protocol.wsframes import frame
 
 log = structlog.get_logger(__name__)
 REVOKED_REMEMBERED = 10_000

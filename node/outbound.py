@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import trio
 
-from node.wsframe import frame
+from protocol.wsframes import frame
 
 
 class Outbound:

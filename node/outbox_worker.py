@@ -18,9 +18,9 @@ import trio
 
 from node.hub import Hub, wake_frame
 from node.views import stored_message_view
-from node.wsframe import frame
 from protocol.codec import encode
 from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
+from protocol.wsframes import frame
 from storage import messages, outbox, reactions, scopes
 from storage.outbox import LeasedRow
 from storage.pg import Pool, TrioConnection

@@ -64,7 +64,6 @@ import trio
 from actors.sources import VIEW_KIND
 from node.hub import Hub, LiveSession, wake_frame
 from node.views import sees_recipients, stored_message_view
-from node.wsframe import frame
 from protocol.codec import encode
 from protocol.frames import (
     InvalidateEvent,
@@ -72,6 +71,7 @@ from protocol.frames import (
     MessageEvent,
     ReadStateEvent,
 )
+from protocol.wsframes import frame
 from storage import outbox
 from storage import relay as relay_sql
 from storage.errors import StorageError

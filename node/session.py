@@ -22,8 +22,6 @@ from node.ops.messages import submit_send
 from node.outbound import Outbound
 from node.services import Services
 from node.views import member_view
-from node.wsframe import OP_PONG, close_frame, frame
-from node.wsinbound import BINARY, CLOSE, PING, TEXT, TOO_LARGE, Event, InboundFrames, parse_close
 from protocol.codec import decode_client_frame, encode, encode_error
 from protocol.errors import CloseCode, ErrorCode, FrameError, OperationError
 from protocol.frames import (
@@ -43,6 +41,19 @@ from protocol.frames import (
 )
 from protocol.frames import (
     Pong as PongFrame,
+)
+from protocol.wsframes import (
+    BINARY,
+    CLOSE,
+    OP_PONG,
+    PING,
+    TEXT,
+    TOO_LARGE,
+    Event,
+    InboundFrames,
+    close_frame,
+    frame,
+    parse_close,
 )
 from storage import directory
 

@@ -20,7 +20,8 @@ from bench.fanout_baseline import FanoutPlan, summarize
 from bench.readers import ReaderPlan, ReaderPool, ReaderSummary, ReaderTarget
 from bench.stats import Latency
 from bench.workloads.common import CpuWindow, Env, WorkloadResult, create_channel
-from bench.wsframes import client_frame, mark
+from bench.wsframes import mark
+from protocol.wsframes import client_frame
 
 CONTENT_PAD = "x" * 100
 SETTLE_S = 1.0
