@@ -6,14 +6,10 @@ import structlog
 import trio
 
 from actors.ports import Publisher, ScopeMissing, ScopeStore
-from actors.scope_actor import (
-    Command,
-    DeleteCommand,
-    EditCommand,
-    RosterCommand,
-    ScopeActor,
-    SendObserver,
-)
+from actors.scope_actor import Command, ScopeActor
+from actors.scope_mutations import DeleteCommand, EditCommand
+from actors.scope_roster import RosterCommand
+from actors.scope_sends import SendObserver
 from actors.scope_state import ROW_LIMIT
 from protocol.errors import ErrorCode, OperationError
 

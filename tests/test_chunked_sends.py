@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.model import MemberType
-from actors.scope_actor import ChunkedSend
+from actors.scope_sends import ChunkedSend
 from actors.scope_state import SendCommand, split_content
 from protocol.errors import OperationError
 from protocol.frames import SendResult

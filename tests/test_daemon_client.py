@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 
 from actors import scope_state
 from actors.model import MemberType
-from actors.scope_actor import ChunkedSend
+from actors.scope_sends import ChunkedSend
 from actors.scope_state import SendCommand
 from actors.send_rules import client_message_id_error
 from node.client import (

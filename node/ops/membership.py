@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.model import Member, MemberType, NotificationState
-from actors.scope_actor import RosterCommand
+from actors.scope_roster import RosterCommand
 from node.ops.context import Context, member_of
 from node.ops.reading import scope_viewer
 from protocol.errors import ErrorCode, OperationError

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from actors.mentions import mode_for_forward
 from actors.model import Member, MemberType
-from actors.scope_actor import DeleteCommand, EditCommand
+from actors.scope_mutations import DeleteCommand, EditCommand
 from actors.scope_state import SendCommand
 from actors.send_rules import check_send_fields, recipient_errors
 from actors.sources import SOURCE_COUNTS

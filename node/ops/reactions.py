@@ -17,7 +17,7 @@ import trio
 
 from actors.model import Member
 from actors.policy import reaction_emoji_error
-from actors.scope_actor import ReactCommand
+from actors.scope_reactions import ReactCommand
 from node.ops.context import REPLIED, Context, Replied, member_of
 from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
