@@ -67,7 +67,9 @@ class DbPlan:
     per_scope: int = 1
 
 
-Execute = Callable[[str, tuple[Any, ...]], Awaitable[Any]]
+# Positional for the scratch statement, by name for the node's.
+Params = tuple[Any, ...] | dict[str, Any]
+Execute = Callable[[str, Params], Awaitable[Any]]
 
 
 def _node_statement() -> tuple[str, Any] | None:
@@ -83,7 +85,7 @@ def _node_statement() -> tuple[str, Any] | None:
     return sql, prepare
 
 
-def _settle_statement() -> tuple[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]] | None:
+def _settle_statement() -> tuple[str, Callable[[Params], tuple[Any, ...]]] | None:
     """How to mark the baseline's outbox rows delivered, if the node says."""
     try:
         applier = importlib.import_module("storage.applier")
@@ -96,7 +98,7 @@ def _settle_statement() -> tuple[str, Callable[[tuple[Any, ...]], tuple[Any, ...
     return sql, params
 
 
-async def _settle(execute: Execute, params: tuple[Any, ...]) -> None:
+async def _settle(execute: Execute, params: Params) -> None:
     """Leave no pending outbox rows behind for the node's worker to replay
     while a later phase is measured (outside every timed window)."""
     settle = _settle_statement()
@@ -123,10 +125,11 @@ class _Measure:
         self.gather = gather
         self.node = _node_statement()
 
-    async def _params(self, conn: Any, scope: int) -> tuple[str, tuple[Any, ...]]:
+    async def _params(self, conn: Any, scope: int) -> tuple[str, Params]:
         if self.node is not None:
             sql, prepare = self.node
-            return sql, tuple(await _maybe_await(prepare(conn)))
+            params: Params = await _maybe_await(prepare(conn))
+            return sql, params
         return SCRATCH_SEND, (scope, CONTENT)
 
     async def run(self) -> dict[str, Any]:
@@ -271,7 +274,7 @@ async def measure_db(dsn: str, plan: DbPlan) -> dict[str, Any]:
         async def connect_trio() -> tuple[Execute, Callable[[], Awaitable[None]], Any]:
             conn = await pg.connect(dsn, autocommit=True)
 
-            async def execute(sql: str, params: tuple[Any, ...]) -> Any:
+            async def execute(sql: str, params: Params) -> Any:
                 return await conn.execute(sql, params)
 
             async def close() -> None:
@@ -295,7 +298,7 @@ async def _measure_asyncio(dsn: str, plan: DbPlan) -> dict[str, Any]:
     async def connect() -> tuple[Execute, Callable[[], Awaitable[None]], Any]:
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
 
-        async def execute(sql: str, params: tuple[Any, ...]) -> Any:
+        async def execute(sql: str, params: Params) -> Any:
             return await conn.execute(sql, params)
 
         return execute, conn.close, conn

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
 
@@ -47,94 +48,6 @@ from storage.pg import Prepared, TrioConnection
 WAKE_RETRY_AFTER = timedelta(seconds=30)
 REPLAY_AFTER = timedelta(seconds=10)
 
-# Only the scope row is locked (by the fenced UPDATE); the global seq comes
-# from a sequence, so sends to different scopes never wait for each other.
-SEND_MESSAGE = """
-WITH existing AS (
-    SELECT id, seq, idempotency_payload_digest AS digest
-    FROM scope_messages
-    WHERE scope_id = %(scope_id)s
-      AND author_member_id = %(author_id)s
-      AND idempotency_subject_member_id = %(author_id)s
-      AND client_message_id = %(client_message_id)s
-), bump AS (
-    UPDATE scopes
-    SET latest_seq = latest_seq + 1,
-        latest_global_seq = nextval('message_global_seq'),
-        latest_message_at = %(created_at)s,
-        updated_at = %(created_at)s,
-        roster_generation = roster_generation + %(roster_bump)s
-    WHERE id = %(scope_id)s
-      AND latest_seq = %(expected_seq)s
-      AND roster_generation = %(expected_generation)s
-      AND %(created_at)s <= clock_timestamp()
-      AND NOT EXISTS (SELECT 1 FROM existing)
-      AND (%(parent_id)s::text IS NULL OR EXISTS (
-          SELECT 1 FROM scopes parent
-          WHERE parent.id = %(parent_id)s AND parent.roster_generation = %(parent_generation)s))
-    RETURNING latest_seq AS seq, latest_global_seq AS global_seq
-), message AS (
-    INSERT INTO scope_messages (
-        id, workspace_id, scope_id, seq, workspace_global_seq, author_member_id, author_type,
-        notify_principal_member_id, idempotency_subject_member_id, client_message_id,
-        idempotency_payload_digest, message_type, content, metadata, created_at, updated_at)
-    SELECT %(message_id)s, %(workspace_id)s, %(scope_id)s, bump.seq, bump.global_seq,
-        %(author_id)s, %(author_type)s, %(author_id)s, %(author_id)s, %(client_message_id)s,
-        %(digest)s, %(message_type)s, %(content)s, %(metadata)s::jsonb, %(created_at)s,
-        %(created_at)s
-    FROM bump
-    RETURNING id, seq, workspace_global_seq
-), search_doc AS (
-    INSERT INTO scope_message_search_docs
-        (message_id, workspace_id, scope_id, seq, author_member_id, body, created_at)
-    SELECT message.id, %(workspace_id)s, %(scope_id)s, message.seq, %(author_id)s,
-        %(content)s, %(created_at)s
-    FROM message
-), claim AS (
-    -- The uploads the message names (reserved for this send beforehand,
-    -- storage/attachments.py): only the author's own, only while unclaimed.
-    UPDATE attachments a SET message_id = message.id, scope_id = %(scope_id)s
-    FROM message, jsonb_array_elements_text(%(metadata)s::jsonb -> 'attachmentIds') AS x(id)
-    WHERE a.id = x.id AND a.uploaded_by_member_id = %(author_id)s AND a.message_id IS NULL
-), memberships AS (
-    INSERT INTO scope_memberships
-        (scope_id, member_id, visibility, owner_member_id, effective_from_seq, last_read_seq)
-    SELECT %(scope_id)s, j.member_id, j.visibility, j.owner_id, message.seq,
-        CASE WHEN j.read_own THEN message.seq ELSE message.seq - 1 END
-    FROM message, jsonb_to_recordset(%(joins)s::jsonb)
-        AS j(member_id text, visibility text, owner_id text, read_own boolean, state text)
-), notifications AS (
-    INSERT INTO scope_notification_settings (scope_id, member_id, state)
-    SELECT %(scope_id)s, j.member_id, j.state
-    FROM message, jsonb_to_recordset(%(joins)s::jsonb)
-        AS j(member_id text, visibility text, owner_id text, read_own boolean, state text)
-    ON CONFLICT (scope_id, member_id) DO UPDATE SET state = excluded.state, updated_at = now()
-), outbox AS (
-    INSERT INTO scope_fanout_outbox (
-        workspace_id, scope_id, message_id, event_ref_type, event_ref_id, fanout_type,
-        delivery_policy, target_member_id, target_seq, dedupe_key, payload, next_attempt_at)
-    SELECT %(workspace_id)s, %(scope_id)s, message.id, 'message', message.id, o.fanout_type,
-        o.policy, o.target, message.seq, o.dedupe_key, jsonb_build_object('reason', o.reason),
-        %(created_at)s + CASE o.fanout_type
-            WHEN 'agent_wake' THEN %(wake_retry_after)s ELSE %(replay_after)s END
-    FROM message, jsonb_to_recordset(%(outbox)s::jsonb)
-        AS o(fanout_type text, policy text, target text, dedupe_key text, reason text)
-), sources AS (
-    INSERT INTO scope_message_sources (
-        target_scope_id, message_id, ordinal, source_scope_id, source_seq, source_message_id,
-        source_kind, source_dedupe_key, context_member_id, created_at)
-    SELECT %(scope_id)s, message.id, s.ordinal, src.scope_id, src.seq, src.id, s.kind,
-        s.dedupe_key, s.member_id, %(created_at)s
-    FROM message, jsonb_to_recordset(%(sources)s::jsonb)
-        AS s(ordinal integer, message_id text, kind text, member_id text, dedupe_key text)
-    JOIN scope_messages src ON src.id = s.message_id
-)
-SELECT 'sent', id, seq, workspace_global_seq, NULL::bytea, clock_timestamp() FROM message
-UNION ALL
-SELECT 'existing', id, seq, NULL, digest, NULL FROM existing
-"""
-
-
 _encoder = msgspec.json.Encoder()
 
 
@@ -142,14 +55,246 @@ def _json(value: Any) -> str:
     return _encoder.encode(value).decode()
 
 
-# Group commit: the next sends of many scopes as ONE statement — one bind,
-# one round trip, one commit for all of them. Each scope's chain (one actor's
-# batch: consecutive appends) stands alone: a fence miss or an idempotency hit
-# writes nothing for that scope and does not disturb the others. A chain bumps
-# its scope row once (``latest_seq + n``), fenced on its first plan; its
-# global seqs are allocated in chain order before the fence (a miss leaves a
-# gap, which the sequence allows anyway).
-SEND_GROUP = """
+# ------------------------------------------------------------- the statements
+# The single-send statement, the group statement and the bench's raw baseline
+# are composed from the fragments below: one text per write (the fenced bump
+# of the scope row, the message, its search document, its claims, memberships,
+# notification settings, outbox rows and sources), into which each form puts
+# where it takes the values — its parameters, or the columns of its rows.
+
+
+@dataclass(frozen=True, slots=True)
+class _Values:
+    """Where one form of the statement takes each value of the messages it
+    writes: SQL expressions over ``rows``, one row per message."""
+
+    rows: str
+    message_id: str
+    seq: str
+    global_seq: str
+    workspace_id: str
+    scope_id: str
+    author_id: str
+    author_type: str
+    client_message_id: str
+    digest: str
+    message_type: str
+    content: str
+    metadata: str
+    created_at: str
+    joins: str
+    outbox: str
+    sources: str
+
+
+# Values that travel as JSON text and are read as jsonb.
+_JSONB = ("metadata", "joins", "outbox", "sources")
+
+
+def _bound(**given: str) -> _Values:
+    """Values from the statement's parameters of the same names, except ``given``."""
+    names = [f.name for f in fields(_Values)]
+    params = {n: f"%({n})s::jsonb" if n in _JSONB else f"%({n})s" for n in names}
+    return _Values(**(params | given))
+
+
+def _columns_of(alias: str, **given: str) -> _Values:
+    """Values from the columns of ``alias`` of the same names, except ``given``."""
+    return _Values(**({f.name: f"{alias}.{f.name}" for f in fields(_Values)} | given))
+
+
+def _bump(
+    *,
+    rows: str,
+    scope_id: str,
+    count: str,
+    last_global_seq: str,
+    last_at: str,
+    roster_bump: str,
+    expected_seq: str,
+    expected_generation: str,
+    unless: str,
+    returning: str,
+) -> str:
+    """The fence: one conditional UPDATE of the scope row (module docstring)."""
+    return f"""bump AS (
+    UPDATE scopes s
+    SET latest_seq = s.latest_seq + {count},
+        latest_global_seq = {last_global_seq},
+        latest_message_at = {last_at},
+        updated_at = {last_at},
+        roster_generation = s.roster_generation + {roster_bump}{rows}
+    WHERE s.id = {scope_id}
+      AND s.latest_seq = {expected_seq}
+      AND s.roster_generation = {expected_generation}
+      AND {last_at} <= clock_timestamp()
+      AND {unless}
+    RETURNING {returning}
+)"""
+
+
+def _parent_fence(parent_id: str, parent_generation: str) -> str:
+    """A thread's send also holds only while its parent's roster is unchanged."""
+    return f"""({parent_id} IS NULL OR EXISTS (
+          SELECT 1 FROM scopes parent
+          WHERE parent.id = {parent_id} AND parent.roster_generation = {parent_generation}))"""
+
+
+def _message(v: _Values) -> str:
+    return f"""message AS (
+    INSERT INTO scope_messages (
+        id, workspace_id, scope_id, seq, workspace_global_seq, author_member_id, author_type,
+        notify_principal_member_id, idempotency_subject_member_id, client_message_id,
+        idempotency_payload_digest, message_type, content, metadata, created_at, updated_at)
+    SELECT {v.message_id}, {v.workspace_id}, {v.scope_id}, {v.seq}, {v.global_seq},
+        {v.author_id}, {v.author_type}, {v.author_id}, {v.author_id}, {v.client_message_id},
+        {v.digest}, {v.message_type}, {v.content}, {v.metadata}, {v.created_at},
+        {v.created_at}
+    FROM {v.rows}
+    RETURNING id, seq, workspace_global_seq
+)"""
+
+
+_JOINS = "j(member_id text, visibility text, owner_id text, read_own boolean, state text)"
+
+
+def _writes(v: _Values, *, dedupe_key: str = "o.dedupe_key") -> str:
+    """Everything a written message brings along, for the messages ``v`` reads."""
+    return f"""search_doc AS (
+    INSERT INTO scope_message_search_docs
+        (message_id, workspace_id, scope_id, seq, author_member_id, body, created_at)
+    SELECT {v.message_id}, {v.workspace_id}, {v.scope_id}, {v.seq}, {v.author_id},
+        {v.content}, {v.created_at}
+    FROM {v.rows}
+), claim AS (
+    -- The uploads the message names (reserved for this send beforehand,
+    -- storage/attachments.py): only the author's own, only while unclaimed.
+    UPDATE attachments a SET message_id = {v.message_id}, scope_id = {v.scope_id}
+    FROM {v.rows}, jsonb_array_elements_text({v.metadata} -> 'attachmentIds') AS x(id)
+    WHERE a.id = x.id AND a.uploaded_by_member_id = {v.author_id} AND a.message_id IS NULL
+), memberships AS (
+    INSERT INTO scope_memberships
+        (scope_id, member_id, visibility, owner_member_id, effective_from_seq, last_read_seq)
+    SELECT {v.scope_id}, j.member_id, j.visibility, j.owner_id, {v.seq},
+        CASE WHEN j.read_own THEN {v.seq} ELSE {v.seq} - 1 END
+    FROM {v.rows}, jsonb_to_recordset({v.joins})
+        AS {_JOINS}
+), notifications AS (
+    -- A member a chain admits twice keeps the later message's state.
+    INSERT INTO scope_notification_settings (scope_id, member_id, state)
+    SELECT DISTINCT ON ({v.scope_id}, j.member_id) {v.scope_id}, j.member_id, j.state
+    FROM {v.rows}, jsonb_to_recordset({v.joins})
+        AS {_JOINS}
+    ORDER BY {v.scope_id}, j.member_id, {v.seq} DESC
+    ON CONFLICT (scope_id, member_id) DO UPDATE SET state = excluded.state, updated_at = now()
+), outbox AS (
+    INSERT INTO scope_fanout_outbox (
+        workspace_id, scope_id, message_id, event_ref_type, event_ref_id, fanout_type,
+        delivery_policy, target_member_id, target_seq, dedupe_key, payload, next_attempt_at)
+    SELECT {v.workspace_id}, {v.scope_id}, {v.message_id}, 'message', {v.message_id},
+        o.fanout_type, o.policy, o.target, {v.seq}, {dedupe_key},
+        jsonb_build_object('reason', o.reason),
+        {v.created_at} + CASE o.fanout_type
+            WHEN 'agent_wake' THEN %(wake_retry_after)s ELSE %(replay_after)s END
+    FROM {v.rows}, jsonb_to_recordset({v.outbox})
+        AS o(fanout_type text, policy text, target text, dedupe_key text, reason text)
+), sources AS (
+    INSERT INTO scope_message_sources (
+        target_scope_id, message_id, ordinal, source_scope_id, source_seq, source_message_id,
+        source_kind, source_dedupe_key, context_member_id, created_at)
+    SELECT {v.scope_id}, {v.message_id}, s.ordinal, src.scope_id, src.seq, src.id, s.kind,
+        s.dedupe_key, s.member_id, {v.created_at}
+    FROM {v.rows} CROSS JOIN LATERAL jsonb_to_recordset({v.sources})
+        AS s(ordinal integer, message_id text, kind text, member_id text, dedupe_key text)
+    JOIN scope_messages src ON src.id = s.message_id
+)"""
+
+
+def _single_send(
+    *,
+    message_id: str = "%(message_id)s",
+    created_at: str = "%(created_at)s",
+    expected_seq: str = "%(expected_seq)s",
+    expected_generation: str = "%(expected_generation)s",
+    outbox_key: str | None = None,
+) -> str:
+    """One send as one statement. The keywords are for the bench's baseline,
+    which makes the same writes with server-made ids and an unfenced bump."""
+    # Only the scope row is locked (by the fenced UPDATE); the global seq
+    # comes from a sequence, so sends to different scopes never wait for each
+    # other.
+    planned = _bound(
+        rows="bump",
+        message_id=message_id,
+        seq="bump.seq",
+        global_seq="bump.global_seq",
+        created_at=created_at,
+    )
+    written = _bound(
+        rows="message",
+        message_id="message.id",
+        seq="message.seq",
+        global_seq="message.workspace_global_seq",
+        created_at=created_at,
+    )
+    bump = _bump(
+        rows="",
+        scope_id="%(scope_id)s",
+        count="1",
+        last_global_seq="nextval('message_global_seq')",
+        last_at=created_at,
+        roster_bump="%(roster_bump)s",
+        expected_seq=expected_seq,
+        expected_generation=expected_generation,
+        unless="NOT EXISTS (SELECT 1 FROM existing)\n      AND "
+        + _parent_fence("%(parent_id)s::text", "%(parent_generation)s"),
+        returning="s.latest_seq AS seq, s.latest_global_seq AS global_seq",
+    )
+    dedupe_key = "o.dedupe_key" if outbox_key is None else outbox_key
+    return f"""
+WITH existing AS (
+    SELECT id, seq, idempotency_payload_digest AS digest
+    FROM scope_messages
+    WHERE scope_id = %(scope_id)s
+      AND author_member_id = %(author_id)s
+      AND idempotency_subject_member_id = %(author_id)s
+      AND client_message_id = %(client_message_id)s
+), {bump}, {_message(planned)}, {_writes(written, dedupe_key=dedupe_key)}
+SELECT 'sent', id, seq, workspace_global_seq, NULL::bytea, clock_timestamp() FROM message
+UNION ALL
+SELECT 'existing', id, seq, NULL, digest, NULL FROM existing
+"""
+
+
+def _group_send() -> str:
+    """The next sends of many scopes as ONE statement — one bind, one round
+    trip, one commit for all of them. Each scope's chain (one actor's batch:
+    consecutive appends) stands alone: a fence miss or an idempotency hit
+    writes nothing for that scope and does not disturb the others. A chain
+    bumps its scope row once (``latest_seq + n``), fenced on its first plan;
+    its global seqs are allocated in chain order before the fence (a miss
+    leaves a gap, which the sequence allows anyway)."""
+    planned = _columns_of(
+        "p",
+        rows="bump b JOIN p ON p.scope_id = b.scope_id",
+        seq="p.expected_seq + 1",
+        global_seq="b.gseqs[p.k + 1]",
+        digest="decode(p.digest, 'hex')",
+    )
+    written = _columns_of("sent", rows="sent")
+    bump = _bump(
+        rows="\n    FROM chain c",
+        scope_id="c.scope_id",
+        count="c.n",
+        last_global_seq="c.gseqs[c.n]",
+        last_at="c.last_at",
+        roster_bump="c.roster_bump",
+        expected_seq="c.expected_seq",
+        expected_generation="c.expected_generation",
+        unless="c.parent_ok",
+        returning="c.scope_id, c.gseqs",
+    )
+    return f"""
 WITH p AS (
     SELECT * FROM jsonb_to_recordset(%(plans)s::jsonb) AS p(
         ord integer, k integer, scope_id text, workspace_id text, message_id text,
@@ -173,92 +318,25 @@ WITH p AS (
     SELECT p.scope_id, count(*)::integer AS n, min(p.expected_seq) AS expected_seq,
         min(p.expected_generation) AS expected_generation,
         sum(p.roster_bump)::integer AS roster_bump, max(p.created_at) AS last_at,
-        bool_and(p.parent_id IS NULL OR EXISTS (
-            SELECT 1 FROM scopes parent
-            WHERE parent.id = p.parent_id
-              AND parent.roster_generation = p.parent_generation)) AS parent_ok
+        bool_and({_parent_fence("p.parent_id", "p.parent_generation")}) AS parent_ok
     FROM p GROUP BY p.scope_id
 ), chain AS MATERIALIZED (
     SELECT c.*, ARRAY(
         SELECT nextval('message_global_seq') FROM generate_series(1, c.n)) AS gseqs
     FROM chain0 c
     WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.scope_id = c.scope_id)
-), bump AS (
-    UPDATE scopes s
-    SET latest_seq = s.latest_seq + c.n,
-        latest_global_seq = c.gseqs[c.n],
-        latest_message_at = c.last_at,
-        updated_at = c.last_at,
-        roster_generation = s.roster_generation + c.roster_bump
-    FROM chain c
-    WHERE s.id = c.scope_id
-      AND s.latest_seq = c.expected_seq
-      AND s.roster_generation = c.expected_generation
-      AND c.last_at <= clock_timestamp()
-      AND c.parent_ok
-    RETURNING c.scope_id, c.gseqs
-), message AS (
-    INSERT INTO scope_messages (
-        id, workspace_id, scope_id, seq, workspace_global_seq, author_member_id, author_type,
-        notify_principal_member_id, idempotency_subject_member_id, client_message_id,
-        idempotency_payload_digest, message_type, content, metadata, created_at, updated_at)
-    SELECT p.message_id, p.workspace_id, p.scope_id, p.expected_seq + 1, b.gseqs[p.k + 1],
-        p.author_id, p.author_type, p.author_id, p.author_id, p.client_message_id,
-        decode(p.digest, 'hex'), p.message_type, p.content, p.metadata, p.created_at,
-        p.created_at
-    FROM bump b JOIN p ON p.scope_id = b.scope_id
-    RETURNING id, seq, workspace_global_seq
-), sent AS (
+), {bump}, {_message(planned)}, sent AS (
     SELECT p.*, m.seq AS seq, m.workspace_global_seq AS global_seq
     FROM message m JOIN p ON p.message_id = m.id
-), search_doc AS (
-    INSERT INTO scope_message_search_docs
-        (message_id, workspace_id, scope_id, seq, author_member_id, body, created_at)
-    SELECT message_id, workspace_id, scope_id, seq, author_id, content, created_at FROM sent
-), claim AS (
-    -- As in SEND_MESSAGE: the author's own unclaimed uploads the message names.
-    UPDATE attachments a SET message_id = sent.message_id, scope_id = sent.scope_id
-    FROM sent, jsonb_array_elements_text(sent.metadata -> 'attachmentIds') AS x(id)
-    WHERE a.id = x.id AND a.uploaded_by_member_id = sent.author_id AND a.message_id IS NULL
-), memberships AS (
-    INSERT INTO scope_memberships
-        (scope_id, member_id, visibility, owner_member_id, effective_from_seq, last_read_seq)
-    SELECT sent.scope_id, j.member_id, j.visibility, j.owner_id, sent.seq,
-        CASE WHEN j.read_own THEN sent.seq ELSE sent.seq - 1 END
-    FROM sent, jsonb_to_recordset(sent.joins)
-        AS j(member_id text, visibility text, owner_id text, read_own boolean, state text)
-), notifications AS (
-    INSERT INTO scope_notification_settings (scope_id, member_id, state)
-    SELECT DISTINCT ON (sent.scope_id, j.member_id) sent.scope_id, j.member_id, j.state
-    FROM sent, jsonb_to_recordset(sent.joins)
-        AS j(member_id text, visibility text, owner_id text, read_own boolean, state text)
-    ORDER BY sent.scope_id, j.member_id, sent.k DESC
-    ON CONFLICT (scope_id, member_id) DO UPDATE SET state = excluded.state, updated_at = now()
-), outbox AS (
-    INSERT INTO scope_fanout_outbox (
-        workspace_id, scope_id, message_id, event_ref_type, event_ref_id, fanout_type,
-        delivery_policy, target_member_id, target_seq, dedupe_key, payload, next_attempt_at)
-    SELECT sent.workspace_id, sent.scope_id, sent.message_id, 'message', sent.message_id,
-        o.fanout_type, o.policy, o.target, sent.seq, o.dedupe_key,
-        jsonb_build_object('reason', o.reason),
-        sent.created_at + CASE o.fanout_type
-            WHEN 'agent_wake' THEN %(wake_retry_after)s ELSE %(replay_after)s END
-    FROM sent, jsonb_to_recordset(sent.outbox)
-        AS o(fanout_type text, policy text, target text, dedupe_key text, reason text)
-), sources AS (
-    INSERT INTO scope_message_sources (
-        target_scope_id, message_id, ordinal, source_scope_id, source_seq, source_message_id,
-        source_kind, source_dedupe_key, context_member_id, created_at)
-    SELECT sent.scope_id, sent.message_id, s.ordinal, src.scope_id, src.seq, src.id, s.kind,
-        s.dedupe_key, s.member_id, sent.created_at
-    FROM sent CROSS JOIN LATERAL jsonb_to_recordset(sent.sources)
-        AS s(ordinal integer, message_id text, kind text, member_id text, dedupe_key text)
-    JOIN scope_messages src ON src.id = s.message_id
-)
+), {_writes(written)}
 SELECT 'sent', ord, message_id, seq, global_seq, NULL::bytea, clock_timestamp() FROM sent
 UNION ALL
 SELECT 'existing', ord, id, seq, NULL, digest, NULL FROM existing
 """
+
+
+SEND_MESSAGE = _single_send()
+SEND_GROUP = _group_send()
 
 # Parameter types of the prepared statements (OIDs); strings are left to the
 # server's inference (0, as psycopg sends them), so text and enum-like columns
@@ -522,17 +600,18 @@ async def apply_sends(conn: TrioConnection, plans: Sequence[MessagePlan]) -> lis
 
 # --------------------------------------------------------------- bench baseline
 # The bench measures "the same writes the Applier makes, through the same
-# driver, no node": the send statement with server-generated ids and the
-# fence comparing the row with itself (each worker owns its scope).
-_BASELINE_SQL = (
-    SEND_MESSAGE.replace("%(message_id)s", "'msg_' || replace(gen_random_uuid()::text, '-', '')")
-    .replace("%(created_at)s", "now()")
-    .replace("latest_seq = %(expected_seq)s", "latest_seq = latest_seq")
-    .replace("= %(expected_generation)s", "= roster_generation")
-    .replace("o.dedupe_key,", "'rt:' || message.id,")
+# driver, no node": the single-send statement with server-made ids and the
+# fence comparing the row with itself (each worker owns its scope). Its
+# parameters are bound by name (psycopg sends a repeated name once, as the
+# node's prepared statements do).
+RAW_SEND_BASELINE_SQL = _single_send(
+    message_id="'msg_' || replace(gen_random_uuid()::text, '-', '')",
+    created_at="now()",
+    expected_seq="s.latest_seq",
+    expected_generation="s.roster_generation",
+    outbox_key="'rt:' || message.id",
 )
-_BASELINE_NAMES = re.findall(r"%\((\w+)\)s", _BASELINE_SQL)
-RAW_SEND_BASELINE_SQL = re.sub(r"%\((\w+)\)s", "%s", _BASELINE_SQL)
+_BASELINE_NAMES = tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", RAW_SEND_BASELINE_SQL)))
 
 
 # The node marks a realtime row delivered after fan-out; the raw statement has
@@ -545,19 +624,19 @@ BASELINE_SETTLE_SQL = (
 )
 
 
-def baseline_settle_params(params: tuple[Any, ...]) -> tuple[Any, ...]:
+def baseline_settle_params(params: dict[str, Any]) -> tuple[Any, ...]:
     """Parameters of ``BASELINE_SETTLE_SQL`` for one worker's baseline parameters."""
-    return (params[_BASELINE_NAMES.index("workspace_id")],)
+    return (params["workspace_id"],)
 
 
-async def prepare_baseline(conn: TrioConnection) -> tuple[Any, ...]:
+async def prepare_baseline(conn: TrioConnection) -> dict[str, Any]:
     """Parameters for one baseline worker: its own workspace, member and scope."""
     return prepare_baseline_params(await baseline_values(conn))
 
 
-def prepare_baseline_params(values: dict[str, Any]) -> tuple[Any, ...]:
-    """``baseline_values`` in the baseline statement's parameter order."""
-    return tuple(values[name] for name in _BASELINE_NAMES)
+def prepare_baseline_params(values: dict[str, Any]) -> dict[str, Any]:
+    """The baseline statement's parameters, by name, out of ``baseline_values``."""
+    return {name: values[name] for name in _BASELINE_NAMES}
 
 
 async def baseline_values(conn: TrioConnection) -> dict[str, Any]:

@@ -17,12 +17,23 @@ from storage.visibility import READABLE_JOIN, Viewer
 
 CANDIDATE_BUDGET = 1000
 
-MESSAGE_COLUMNS = """
+
+def message_columns(reason: str, grant_id: str) -> str:
+    """The columns ``message_from_row`` reads off ``m`` (the message) and
+    ``mem`` (its author), with ``reason`` and ``grant_id`` as the readable
+    predicate's answer."""
+    return f"""
 m.id, m.scope_id, m.seq, m.workspace_global_seq, m.message_type, m.content, m.created_at,
 m.metadata, mem.id, mem.workspace_id, mem.type, mem.handle, mem.display_name,
-mem.owner_member_id, mem.is_private, v.reason, v.grant_id,
+mem.owner_member_id, mem.is_private, {reason}, {grant_id},
 m.revision, m.edited_at, m.deleted_at
 """
+
+
+# A message as the predicate ``v`` (storage/visibility.py) lets the viewer read it.
+MESSAGE_COLUMNS = message_columns("v.reason", "v.grant_id")
+# A message read without asking the predicate (no reason, no grant).
+STORED_COLUMNS = message_columns("NULL", "NULL")
 
 # Candidates are bounded first (newest-first below a seq, or oldest-first above
 # one), then filtered by the predicate: a page may come back short or empty
@@ -56,7 +67,7 @@ WHERE scope_id = %s AND author_member_id = %s AND idempotency_subject_member_id 
   AND client_message_id = %s
 """
 SELECT_MESSAGE = f"""
-SELECT {MESSAGE_COLUMNS.replace("v.reason, v.grant_id", "NULL, NULL")}
+SELECT {STORED_COLUMNS}
 FROM scope_messages m JOIN members mem ON mem.id = m.author_member_id
 WHERE m.id = %s
 """

@@ -32,7 +32,7 @@ from actors.planner import MutationPlan
 from actors.ports import CommittedMutation, FenceLost, MutationConflict, MutationTarget
 from storage.applier import REPLAY_AFTER, WAKE_RETRY_AFTER
 from storage.errors import map_errors
-from storage.messages import MESSAGE_COLUMNS, message_from_row
+from storage.messages import STORED_COLUMNS, message_from_row
 from storage.pg import TrioConnection
 from storage.reactions import STORED_OF_MESSAGE, stored_reactions
 
@@ -42,7 +42,7 @@ MUTATION_REPLAY_AFTER = REPLAY_AFTER
 # Why the rows of a deleted message stopped (scope_fanout_outbox.suppression_reason).
 DELETED = "message_deleted"
 
-_COLUMNS = MESSAGE_COLUMNS.replace("v.reason, v.grant_id", "NULL, NULL")
+_COLUMNS = STORED_COLUMNS
 # The message, and who may recall any message of its channel: the channel's
 # owner, or for a thread the owner of its parent channel.
 SELECT_TARGET = f"""
@@ -83,19 +83,22 @@ outbox AS (
     RETURNING fanout_type, target_member_id
 )"""
 
-_RESULT = """
+
+def _result(*extra: str) -> str:
+    """What a mutation statement answers, followed by the ``extra`` columns."""
+    return f"""
 SELECT EXISTS (SELECT 1 FROM fence), w.at,
     (SELECT array_agg(target_member_id) FROM outbox WHERE fanout_type = 'agent_wake'),
-    cur.revision, cur.deleted_at IS NOT NULL
+    cur.revision, cur.deleted_at IS NOT NULL{"".join(", " + column for column in extra)}
 FROM scope_messages cur
 LEFT JOIN written w ON true
 WHERE cur.id = %(message_id)s
 """
 
+
+_RESULT = _result()
 # An edit also returns the message's reactions, for its projection.
-_EDIT_RESULT = _RESULT.replace(
-    "FROM scope_messages cur", f", {STORED_OF_MESSAGE}\nFROM scope_messages cur"
-)
+_EDIT_RESULT = _result(STORED_OF_MESSAGE)
 
 # The new content replaces the old, which moves to a revision row; the search
 # document follows. Conditional on the revision the plan saw and on the

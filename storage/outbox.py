@@ -15,7 +15,7 @@ from typing import Any
 
 from actors.model import StoredMessage
 from storage.errors import map_errors
-from storage.messages import MESSAGE_COLUMNS, message_from_row
+from storage.messages import STORED_COLUMNS, message_from_row
 from storage.pg import TrioConnection
 
 # The worker stops pushing a wake nobody acknowledges (status failed, this
@@ -41,7 +41,7 @@ SELECT EXISTS (SELECT 1 FROM acked) OR EXISTS (
     WHERE dedupe_key = %(key)s AND target_member_id = %(agent)s AND fanout_type = 'agent_wake'
 )
 """
-_COLUMNS = MESSAGE_COLUMNS.replace("v.reason, v.grant_id", "NULL, NULL")
+_COLUMNS = STORED_COLUMNS
 PENDING_WAKES = f"""
 SELECT o.id, o.dedupe_key, o.target_seq, o.payload->>'reason', {_COLUMNS}
 FROM scope_fanout_outbox o

@@ -116,21 +116,24 @@ class Prepared:
     def from_named(
         cls, name: str, sql: str, types: dict[str, int]
     ) -> tuple[Prepared, tuple[str, ...]]:
-        """Convert ``%(name)s`` placeholders; returns the statement and the
-        parameter names in ``$n`` order (a repeated name is one parameter)."""
+        """Convert ``%(name)s`` placeholders and ``%%`` escapes, as psycopg
+        does; returns the statement and the parameter names in ``$n`` order (a
+        repeated name is one parameter)."""
         order: list[str] = []
 
-        def number(match: re.Match[str]) -> str:
+        def convert(match: re.Match[str]) -> str:
             key = match.group(1)
+            if key is None:
+                if match.group(0) != "%%":
+                    raise ValueError(f"{name}: stray % in statement")
+                return "%"
             if key not in order:
                 order.append(key)
             return f"${order.index(key) + 1}"
 
-        converted = re.sub(r"%\((\w+)\)s", number, sql)
-        if "%" in converted.replace("%%", ""):
-            raise ValueError(f"{name}: stray % in statement")
+        converted = re.sub(r"%\((\w+)\)s|%%|%", convert, sql)
         oids = tuple(types[key] for key in order)
-        return cls(name.encode(), converted.replace("%%", "%").encode(), oids), tuple(order)
+        return cls(name.encode(), converted.encode(), oids), tuple(order)
 
 
 _POLL_MASKS = {

@@ -9,7 +9,8 @@ the scope's ``roster_generation`` must still be the one the actor decided on
 only when both hold. ``add`` also writes the ``reaction_add`` row of
 ``scope_activity_events``; ``remove`` deletes the reaction and suppresses its
 activity rows that are still live. The actor writes the reactions queued on
-it with :data:`REACT_GROUP`, the same statement for many messages at once.
+it with :data:`REACT_GROUP`, the same writes for many messages at once; a
+batch of one takes the single statement (no rows to build and unpack).
 """
 
 from __future__ import annotations
@@ -25,130 +26,53 @@ from actors.ports import ReactionOutcome, ReactionWrite
 from actors.reactions import SHOWN_MEMBERS, ReactionSummary, StoredReaction
 from storage.errors import map_errors
 from storage.pg import Prepared, TrioConnection
-from storage.visibility import READABLE_JOIN, Viewer
+from storage.visibility import BOUND, Viewer, ViewerTerms, readable_join
 
 # Distinct emoji one message may carry (the 21st is refused).
 MAX_DISTINCT_EMOJI = 20
 
-_TARGET = f"""
-fence AS (
+# The reaction statements — one reaction's add, its remove, and the reactions
+# queued on one scope's actor as ONE statement (one bind, one round trip, one
+# commit for all of them) — are composed from the fragments below. Each form
+# says where the reactions come from (``target``: the statement's parameters,
+# or one row per reaction); the writes read only ``target`` and are one text.
+
+_FENCE = """fence AS (
     SELECT 1 FROM scopes WHERE id = %(scope_id)s AND roster_generation = %(generation)s
-),
-target AS (
-    SELECT m.id, m.workspace_id, m.scope_id, m.author_member_id, m.seq, m.created_at, v.reason
-    FROM scope_messages m
-    {READABLE_JOIN}
-    WHERE m.id = %(message_id)s AND m.scope_id = %(scope_id)s AND EXISTS (SELECT 1 FROM fence)
 )"""
 
-_OUTCOME = """
-SELECT EXISTS (SELECT 1 FROM fence), t.id IS NOT NULL, t.reason, t.author_member_id,
-       t.seq, t.created_at, {room}, EXISTS (SELECT 1 FROM {changed})
-FROM (SELECT 1) one LEFT JOIN target t ON true
-"""
+
+def _target(*, carried: str, source: str, viewer: ViewerTerms, where: str = "true") -> str:
+    """Each reaction asked for (ord, op, reactor, emoji, activity ids, whether
+    its message's author is to be woken) with the message it names, if that
+    is in the scope and the fence holds, and the readable predicate's answer
+    for the reactor."""
+    return f"""target AS (
+    SELECT {carried},
+           m.id, m.workspace_id, m.scope_id, m.author_member_id, m.seq, m.created_at, v.reason
+    FROM {source}
+    {readable_join(viewer)}
+    WHERE {where} AND EXISTS (SELECT 1 FROM fence)
+)"""
+
 
 # Unique per (message, member, emoji): a second add conflicts and changes
 # nothing. The cap counts distinct emoji already on the message; an emoji
 # already there is always room. Adds of one scope are serialised by its
-# actor, so the count cannot race on one node.
-REACT_ADD = (
-    "WITH"
-    + _TARGET
-    + """,
-room AS (
-    SELECT EXISTS (
-        SELECT 1 FROM scope_message_reactions
-        WHERE message_id = %(message_id)s AND emoji = %(emoji)s
-    ) OR (
-        SELECT count(DISTINCT emoji) FROM scope_message_reactions
-        WHERE message_id = %(message_id)s
-    ) < %(max_emoji)s AS ok
-),
-added AS (
-    INSERT INTO scope_message_reactions (scope_id, message_id, member_id, emoji)
-    SELECT t.scope_id, t.id, %(member_id)s, %(emoji)s FROM target t, room
-    WHERE t.reason IS NOT NULL AND room.ok
-    ON CONFLICT DO NOTHING
-    RETURNING message_id
-),
-activity AS (
-    INSERT INTO scope_activity_events (
-        id, workspace_id, scope_id, activity_type, activity_ref_type, activity_ref_id,
-        activity_global_seq, source_message_id, actor_member_id, reason, payload
-    )
-    SELECT %(event_id)s, t.workspace_id, t.scope_id, 'reaction_add', 'reaction', %(ref_id)s,
-           nextval('scope_activity_global_seq'), t.id, %(member_id)s,
-           CASE WHEN t.author_member_id = ANY(%(wake)s::text[]) THEN 'author_auto_wake'
-                ELSE 'reaction' END,
-           jsonb_build_object('emoji', %(emoji)s::text)
-    FROM added, target t
-)"""
-    + _OUTCOME.format(room="(SELECT ok FROM room)", changed="added")
-)
-
-REACT_REMOVE = (
-    "WITH"
-    + _TARGET
-    + """,
-removed AS (
-    DELETE FROM scope_message_reactions r USING target t
-    WHERE t.reason IS NOT NULL AND r.message_id = t.id
-      AND r.member_id = %(member_id)s AND r.emoji = %(emoji)s
-    RETURNING r.message_id
-),
-suppressed AS (
-    UPDATE scope_activity_events e SET suppressed_at = now()
-    FROM removed
-    WHERE e.activity_ref_type = 'reaction' AND e.activity_ref_id = %(ref_id)s
-      AND e.suppressed_at IS NULL
-)"""
-    + _OUTCOME.format(room="true", changed="removed")
-)
-
-# The reactions queued on one scope's actor, as ONE statement: one bind, one
-# round trip, one commit for all of them. Each row carries its own reactor,
-# so the readable predicate reads the viewer from the row instead of from
-# parameters (the grant scopes and the thread flag are the scope's). The
-# caller gives at most one row per message: then every row's cap count and
-# write are independent of the others' and the outcomes are exactly those of
-# the single statements run one after another.
-_ROW_VIEWER = {
-    "%(viewer_id)s": "q.member_id",
-    "%(viewer_public)s": "q.viewer_public",
-    "%(viewer_private)s": "q.viewer_private",
-    "%(owner_id)s": "q.owner_id",
-}
-_ROW_READABLE = READABLE_JOIN
-for _name, _column in _ROW_VIEWER.items():
-    _ROW_READABLE = _ROW_READABLE.replace(_name, _column)
-
-REACT_GROUP = f"""
-WITH q AS (
-    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS q(
-        ord integer, op text, message_id text, member_id text, emoji text,
-        viewer_public boolean, viewer_private boolean, owner_id text,
-        event_id text, ref_id text, wake jsonb)
-),
-fence AS (
-    SELECT 1 FROM scopes WHERE id = %(scope_id)s AND roster_generation = %(generation)s
-),
-target AS (
-    SELECT q.ord, q.op, q.member_id, q.emoji, q.event_id, q.ref_id, q.wake,
-           m.id, m.workspace_id, m.scope_id, m.author_member_id, m.seq, m.created_at, v.reason
-    FROM q
-    JOIN scope_messages m ON m.id = q.message_id AND m.scope_id = %(scope_id)s
-    {_ROW_READABLE}
-    WHERE EXISTS (SELECT 1 FROM fence)
-),
-room AS (
+# actor, so the count cannot race on one node; the group statement gets at
+# most one reaction per message, so every row's count and write are
+# independent of the others'.
+_ROOM = f"""room AS (
     SELECT t.ord, EXISTS (
         SELECT 1 FROM scope_message_reactions x WHERE x.message_id = t.id AND x.emoji = t.emoji
     ) OR (
         SELECT count(DISTINCT x.emoji) FROM scope_message_reactions x WHERE x.message_id = t.id
     ) < {MAX_DISTINCT_EMOJI} AS ok
     FROM target t WHERE t.op = 'add'
-),
-added AS (
+)"""
+
+# ``add`` also writes the ``reaction_add`` row of ``scope_activity_events``.
+_ADDED = """added AS (
     INSERT INTO scope_message_reactions (scope_id, message_id, member_id, emoji)
     SELECT t.scope_id, t.id, t.member_id, t.emoji FROM target t JOIN room USING (ord)
     WHERE t.reason IS NOT NULL AND room.ok
@@ -162,11 +86,13 @@ activity AS (
     )
     SELECT t.event_id, t.workspace_id, t.scope_id, 'reaction_add', 'reaction', t.ref_id,
            nextval('scope_activity_global_seq'), t.id, t.member_id,
-           CASE WHEN t.wake ? t.author_member_id THEN 'author_auto_wake' ELSE 'reaction' END,
+           CASE WHEN t.wakes_author THEN 'author_auto_wake' ELSE 'reaction' END,
            jsonb_build_object('emoji', t.emoji)
     FROM added a JOIN target t ON t.id = a.message_id
-),
-removed AS (
+)"""
+
+# ``remove`` deletes the reaction and suppresses its activity rows still live.
+_REMOVED = """removed AS (
     DELETE FROM scope_message_reactions x USING target t
     WHERE t.op = 'remove' AND t.reason IS NOT NULL AND x.message_id = t.id
       AND x.member_id = t.member_id AND x.emoji = t.emoji
@@ -177,18 +103,85 @@ suppressed AS (
     FROM removed x JOIN target t ON t.id = x.message_id
     WHERE e.activity_ref_type = 'reaction' AND e.activity_ref_id = t.ref_id
       AND e.suppressed_at IS NULL
-)
-SELECT q.ord, EXISTS (SELECT 1 FROM fence), t.id IS NOT NULL, t.reason, t.author_member_id,
-       t.seq, t.created_at, COALESCE(room.ok, true),
-       EXISTS (SELECT 1 FROM added a WHERE a.message_id = q.message_id)
-       OR EXISTS (SELECT 1 FROM removed x WHERE x.message_id = q.message_id)
+)"""
+
+_WRITES = {"add": (_ADDED, "added"), "remove": (_REMOVED, "removed")}
+
+# What each reaction came to: fenced, found, readable (the reason), the
+# message's author, seq and time, room for its emoji, and whether it changed
+# anything.
+_OUTCOME_COLUMNS = """EXISTS (SELECT 1 FROM fence), t.id IS NOT NULL, t.reason, t.author_member_id,
+       t.seq, t.created_at, COALESCE(room.ok, true)"""
+
+
+def _react_one(op: str) -> str:
+    """One reaction of the viewer the parameters name, in one statement."""
+    writes, changed = _WRITES[op]
+    target = _target(
+        carried=f"""0 AS ord, '{op}' AS op, %(member_id)s::text AS member_id,
+           %(emoji)s::text AS emoji, %(event_id)s::text AS event_id,
+           %(ref_id)s::text AS ref_id,
+           m.author_member_id = ANY(%(wake)s::text[]) AS wakes_author""",
+        source="scope_messages m",
+        viewer=BOUND,
+        where="m.id = %(message_id)s AND m.scope_id = %(scope_id)s",
+    )
+    return f"""
+WITH {_FENCE},
+{target},
+{_ROOM},
+{writes}
+SELECT {_OUTCOME_COLUMNS}, EXISTS (SELECT 1 FROM {changed})
+FROM (SELECT 1) one LEFT JOIN target t ON true LEFT JOIN room ON room.ord = t.ord
+"""
+
+
+def _react_group() -> str:
+    """The reactions of many messages of one scope, each row with its own
+    reactor: the readable predicate reads the viewer from the row (the grant
+    scopes and the thread flag are the scope's, parameters). The outcomes are
+    exactly those of the single statements run one after another."""
+    target = _target(
+        carried="""q.ord, q.op, q.member_id, q.emoji, q.event_id, q.ref_id,
+           q.wake ? m.author_member_id AS wakes_author""",
+        source="q JOIN scope_messages m ON m.id = q.message_id AND m.scope_id = %(scope_id)s",
+        viewer=ViewerTerms(
+            viewer_id="q.member_id",
+            viewer_public="q.viewer_public",
+            viewer_private="q.viewer_private",
+            owner_id="q.owner_id",
+        ),
+    )
+    changed = " OR ".join(
+        f"EXISTS (SELECT 1 FROM {cte} c WHERE c.message_id = q.message_id)"
+        for _writes, cte in _WRITES.values()
+    )
+    return f"""
+WITH q AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS q(
+        ord integer, op text, message_id text, member_id text, emoji text,
+        viewer_public boolean, viewer_private boolean, owner_id text,
+        event_id text, ref_id text, wake jsonb)
+),
+{_FENCE},
+{target},
+{_ROOM},
+{_ADDED},
+{_REMOVED}
+SELECT q.ord, {_OUTCOME_COLUMNS},
+       {changed}
 FROM q LEFT JOIN target t ON t.ord = q.ord LEFT JOIN room ON room.ord = q.ord
 ORDER BY q.ord
 """
 
+
+REACT_ADD = _react_one("add")
+REACT_REMOVE = _react_one("remove")
+REACT_GROUP = _react_group()
+
 # Parameter types (OIDs) of the prepared statements; text is left to the
 # server's inference (0), as psycopg sends it.
-_UNKNOWN, _BOOL, _INT8, _INT4, _TEXT_ARRAY = 0, 16, 20, 23, 1009
+_UNKNOWN, _BOOL, _INT8, _TEXT_ARRAY = 0, 16, 20, 1009
 _TYPES = {
     "in_thread": _BOOL,
     "viewer_id": _UNKNOWN,
@@ -201,7 +194,6 @@ _TYPES = {
     "message_id": _UNKNOWN,
     "member_id": _UNKNOWN,
     "emoji": _UNKNOWN,
-    "max_emoji": _INT4,
     "event_id": _UNKNOWN,
     "ref_id": _UNKNOWN,
     "wake": _TEXT_ARRAY,
@@ -211,6 +203,10 @@ _ADD, _ADD_NAMES = Prepared.from_named("scopenode_react_add_v1", REACT_ADD, _TYP
 _REMOVE, _REMOVE_NAMES = Prepared.from_named("scopenode_react_remove_v1", REACT_REMOVE, _TYPES)
 _GROUP, _GROUP_NAMES = Prepared.from_named("scopenode_react_group_v1", REACT_GROUP, _TYPES)
 _encoder = msgspec.json.Encoder()
+
+
+# A text[] parameter's items, quoted as PostgreSQL's array input reads them.
+_ARRAY_ITEM_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"'})
 
 
 def _text(value: object) -> bytes | None:
@@ -224,7 +220,7 @@ def _text(value: object) -> bytes | None:
     if isinstance(value, int):
         return str(value).encode()
     if isinstance(value, list | tuple | frozenset):
-        quoted = ('"' + str(item).replace("\\", "\\\\").replace('"', '\\"') + '"' for item in value)
+        quoted = ('"' + str(item).translate(_ARRAY_ITEM_ESCAPES) + '"' for item in value)
         return ("{" + ",".join(quoted) + "}").encode()
     raise TypeError(f"no text form for {type(value).__name__}")
 
@@ -285,7 +281,6 @@ def react_params(
         "message_id": message_id,
         "member_id": member_id,
         "emoji": emoji,
-        "max_emoji": MAX_DISTINCT_EMOJI,
         "event_id": new_id("act"),
         "ref_id": reaction_ref(message_id, member_id, emoji),
         "wake": list(wake),

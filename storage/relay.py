@@ -2,7 +2,7 @@
 
 One statement per batch: the scope's messages in a seq range, each with the
 ids of the given candidate members that may read it. Readability is the one
-SQL predicate (:data:`storage.visibility.READABLE_JOIN`) bound per candidate
+SQL predicate (:func:`storage.visibility.readable_join`) bound per candidate
 row instead of per statement parameter, so a relayed event and history can
 never disagree about who reads what. Candidates are first narrowed to members
 with any membership of the scope (or of its parent, for a thread) or an
@@ -19,37 +19,42 @@ from typing import Any
 
 from actors.model import StoredMessage
 from storage.errors import map_errors
-from storage.messages import MESSAGE_COLUMNS, message_from_row
+from storage.messages import STORED_COLUMNS, message_from_row
 from storage.pg import Prepared, TrioConnection
-from storage.visibility import READABLE_JOIN
+from storage.visibility import ViewerTerms, readable_join, scope_shape
 
 # Bound per candidate row: the predicate's text is shared, only its inputs
 # differ. The scope's shape (grant scopes, thread or not) is read by the same
 # statement, so it is a column of the candidate row too.
-_PER_CANDIDATE = (
-    READABLE_JOIN.replace("%(viewer_public)s", "c.viewer_public")
-    .replace("%(viewer_private)s", "c.viewer_private")
-    .replace("%(viewer_id)s", "c.viewer_id")
-    .replace("%(owner_id)s", "c.owner_id")
-    .replace("%(grant_scopes)s", "c.grant_scopes")
-    .replace("%(in_thread)s", "c.in_thread")
-)
-assert "%(" not in _PER_CANDIDATE, "READABLE_JOIN has a parameter the relay does not bind"
-_COLUMNS = MESSAGE_COLUMNS.replace("v.reason, v.grant_id", "NULL, NULL")
+_PER_CANDIDATE = readable_join(ViewerTerms.columns_of("c"))
 
-# One round trip. ``msgs`` is read once; each candidate (sent as one JSON
-# array) costs one probe of scope_memberships by (scope_id, member_id), which
-# says both whether it may read anything here (any membership of the scope;
-# failing that, of a thread's parent, or an explicit-context row opening one
-# of the messages) and whether it holds a current public membership. The
-# predicate then runs once per (message, remaining candidate). Every
-# parameter enters as an initplan, so no estimate depends on a value and
-# PostgreSQL keeps the generic plan (no planning per notification).
-_READERS = """
+_SOURCES = """ARRAY(SELECT s.source_kind FROM scope_message_sources s
+             WHERE s.message_id = m.id AND s.context_member_id IS NULL ORDER BY s.ordinal)"""
+# The roster the answer was decided on: the scope's generation and, for a
+# thread, its parent's (every membership or grant change bumps one of them).
+_ROSTER = """(SELECT r.roster_generation::text || ':'
+               || COALESCE((SELECT p.roster_generation FROM scopes p
+                            WHERE p.id = r.parent_scope_id)::text, '')
+        FROM scopes r WHERE r.id = (SELECT %(scope_id)s::text))"""
+
+
+def _readers(msgs: str) -> str:
+    """The messages ``msgs`` selects, each with its readers among the candidates.
+
+    One round trip. ``msgs`` is read once; each candidate (sent as one JSON
+    array) costs one probe of scope_memberships by (scope_id, member_id),
+    which says both whether it may read anything here (any membership of the
+    scope; failing that, of a thread's parent, or an explicit-context row
+    opening one of the messages) and whether it holds a current public
+    membership. The predicate then runs once per (message, remaining
+    candidate). Every parameter enters as an initplan, so no estimate depends
+    on a value and PostgreSQL keeps the generic plan (no planning per
+    notification).
+    """
+    return f"""
 WITH shape AS (
-    SELECT s.id AS scope_id, s.parent_scope_id AS parent_id, s.type = 'thread' AS in_thread,
-           CASE WHEN s.parent_scope_id IS NULL THEN ARRAY[s.id]
-                ELSE ARRAY[s.id, s.parent_scope_id] END AS grant_scopes
+    SELECT s.id AS scope_id, s.parent_scope_id AS parent_id,
+        {scope_shape("s")}
     FROM scopes s WHERE s.id = (SELECT %(scope_id)s::text)
 ), msgs AS MATERIALIZED (
     {msgs}
@@ -78,30 +83,16 @@ WITH shape AS (
         WHERE cx.context_member_id = c.id
     )
 )
-SELECT {columns},
-       ARRAY(SELECT c.viewer_id FROM cand c {predicate} WHERE v.reason IS NOT NULL),
-       {sources},
-       {roster}
+SELECT {STORED_COLUMNS},
+       ARRAY(SELECT c.viewer_id FROM cand c {_PER_CANDIDATE} WHERE v.reason IS NOT NULL),
+       {_SOURCES},
+       {_ROSTER}
 FROM msgs m
 JOIN members mem ON mem.id = m.author_member_id
 ORDER BY m.seq
 """
-_SOURCES = """ARRAY(SELECT s.source_kind FROM scope_message_sources s
-             WHERE s.message_id = m.id AND s.context_member_id IS NULL ORDER BY s.ordinal)"""
-# The roster the answer was decided on: the scope's generation and, for a
-# thread, its parent's (every membership or grant change bumps one of them).
-_ROSTER = """(SELECT r.roster_generation::text || ':'
-               || COALESCE((SELECT p.roster_generation FROM scopes p
-                            WHERE p.id = r.parent_scope_id)::text, '')
-        FROM scopes r WHERE r.id = (SELECT %(scope_id)s::text))"""
-# The messages alone, with the roster they were read under: for readers whose
-# right does not depend on the message (see readers_in_range).
-MESSAGES_IN_RANGE = f"""
-SELECT {{columns}}, NULL::text[], {_SOURCES}, {_ROSTER}
-FROM ({{msgs}}) m
-JOIN members mem ON mem.id = m.author_member_id
-ORDER BY m.seq
-"""
+
+
 _MSGS_IN_RANGE = (
     "SELECT * FROM scope_messages WHERE scope_id = (SELECT %(scope_id)s::text)"
     " AND seq >= (SELECT %(from_seq)s::int8) AND seq <= (SELECT %(to_seq)s::int8)"
@@ -110,10 +101,16 @@ _MSG_BY_ID = (
     "SELECT * FROM scope_messages"
     " WHERE id = (SELECT %(message_id)s::text) AND scope_id = (SELECT %(scope_id)s::text)"
 )
-_PARTS = {"columns": _COLUMNS, "predicate": _PER_CANDIDATE, "sources": _SOURCES, "roster": _ROSTER}
-READERS_IN_RANGE = _READERS.format(msgs=_MSGS_IN_RANGE, **_PARTS)
-READERS_OF_MESSAGE = _READERS.format(msgs=_MSG_BY_ID, **_PARTS)
-MESSAGES_IN_RANGE = MESSAGES_IN_RANGE.format(columns=_COLUMNS, msgs=_MSGS_IN_RANGE)
+READERS_IN_RANGE = _readers(_MSGS_IN_RANGE)
+READERS_OF_MESSAGE = _readers(_MSG_BY_ID)
+# The messages alone, with the roster they were read under: for readers whose
+# right does not depend on the message (see readers_in_range).
+MESSAGES_IN_RANGE = f"""
+SELECT {STORED_COLUMNS}, NULL::text[], {_SOURCES}, {_ROSTER}
+FROM ({_MSGS_IN_RANGE}) m
+JOIN members mem ON mem.id = m.author_member_id
+ORDER BY m.seq
+"""
 # Roster audience on another node: the scope's current members, and for a
 # thread the parent's current public members (they read it without joining).
 CURRENT_READERS = """

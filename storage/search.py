@@ -41,7 +41,7 @@ from protocol.text import TextKind, text_problem
 from storage.errors import map_errors
 from storage.messages import MESSAGE_COLUMNS, ReadableMessage, message_from_row
 from storage.pg import Prepared, TrioConnection
-from storage.visibility import READABLE_JOIN
+from storage.visibility import ViewerTerms, readable_join, scope_shape
 
 Sort = Literal["recent", "relevance"]
 Strategy = Literal["walk", "terms", "scopes"]
@@ -63,28 +63,28 @@ class BadCursor(ValueError):
 # the planner would plan that lookup again at every place the predicate uses it).
 # ``docs`` (the scope's latest seq) sizes what the viewer could read.
 # What the readable predicate needs of one scope for this viewer.
-_RIGHTS_COLUMNS = """
+_RIGHTS_COLUMNS = f"""
         NOT %(viewer_private)s AND EXISTS (
             SELECT 1 FROM scope_memberships x
             WHERE x.scope_id = sc.id AND x.member_id = %(viewer_id)s
               AND x.visibility = 'public' AND x.effective_to_seq IS NULL
         ) AS viewer_public,
-        sc.type = 'thread' AS in_thread,
-        CASE WHEN sc.parent_scope_id IS NULL THEN ARRAY[sc.id]
-             ELSE ARRAY[sc.id, sc.parent_scope_id] END AS grant_scopes"""
-_RIGHTS_OF = (
-    """
+        {scope_shape("sc")}"""
+
+
+def _rights(scopes: str) -> str:
+    """The viewer's rights in each of the scopes ``scopes`` admits."""
+    return f"""
 rights AS MATERIALIZED (
     SELECT
-        sc.id AS scope_id,"""
-    + _RIGHTS_COLUMNS
-    + """,
+        sc.id AS scope_id,{_RIGHTS_COLUMNS},
         sc.latest_seq AS docs
     FROM scopes sc
     WHERE {scopes}
 )"""
-)
-_RIGHTS = _RIGHTS_OF.format(scopes="sc.id IN (SELECT scope_id FROM scopes_in)")
+
+
+_RIGHTS = _rights("sc.id IN (SELECT scope_id FROM scopes_in)")
 # ``in:#slug``: the channels named and their threads (through the thread-root
 # index, which leads with the parent).
 IN_CHANNELS = """
@@ -96,13 +96,9 @@ IN_CHANNELS = """
     WHERE cp.workspace_id = %(workspace_id)s AND cp.slug = ANY(%(channels)s)"""
 # With ``in:`` only those of the viewer's scopes are candidates: a viewer who
 # reads none of them has no documents to search, and the choice knows it.
-_RIGHTS_IN = _RIGHTS_OF.format(
-    scopes=f"sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id IN ({IN_CHANNELS})"
-)
+_RIGHTS_IN = _rights(f"sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id IN ({IN_CHANNELS})")
 # With a scope filter only that scope is a candidate (its size decides the strategy).
-_RIGHTS_ONE = _RIGHTS_OF.format(
-    scopes="sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id = %(scope_id)s"
-)
+_RIGHTS_ONE = _rights("sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id = %(scope_id)s")
 # The rights of the walk and of the text indexes' candidates, looked up for each
 # row that reaches the predicate (a match in a scope the viewer could read)
 # instead of joined against every candidate scope: a newest-first page needs
@@ -110,32 +106,19 @@ _RIGHTS_ONE = _RIGHTS_OF.format(
 # candidates, joined them to a list of rights by a nested loop — candidates ×
 # the viewer's scopes (3,181 × 824 comparisons, 0.4 s, for a CJK word in a team
 # with many threads).
-_RIGHTS_OF_ROW = (
-    """
+_RIGHTS_OF_ROW = f"""
 CROSS JOIN LATERAL (
-    SELECT"""
-    + _RIGHTS_COLUMNS
-    + """
+    SELECT{_RIGHTS_COLUMNS}
     FROM scopes sc
     WHERE sc.id = d.scope_id
 ) sv"""
+# The predicate with the viewer's rights in the row's scope (``sv``, either
+# form of the rights above) and the viewer's own parameters.
+READABLE_PER_ROW = readable_join(
+    ViewerTerms(
+        viewer_public="sv.viewer_public", in_thread="sv.in_thread", grant_scopes="sv.grant_scopes"
+    )
 )
-_PER_ROW = {
-    "%(viewer_public)s": "sv.viewer_public",
-    "%(in_thread)s": "sv.in_thread",
-    "%(grant_scopes)s": "sv.grant_scopes",
-}
-
-
-def _readable_per_row() -> str:
-    text = READABLE_JOIN
-    for placeholder, column in _PER_ROW.items():
-        assert placeholder in text, placeholder
-        text = text.replace(placeholder, column)
-    return text
-
-
-READABLE_PER_ROW = _readable_per_row()
 
 # Scopes where the viewer could read anything at all: a superset the index scan
 # is narrowed to; the predicate decides each row. Private agents keep every
@@ -185,8 +168,12 @@ class Results:
     strategy: str | None = None  # the one that ran (None: no hits to tell)
 
 
+# A LIKE pattern's value: the searched text matched literally.
+_LIKE_ESCAPES = str.maketrans({"\\": "\\\\", "%": "\\%", "_": "\\_"})
+
+
 def _like(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    escaped = text.translate(_LIKE_ESCAPES)
     return f"%{escaped}%"
 
 
@@ -614,6 +601,10 @@ class _Unknown(dict[str, int]):
 _ALL_UNKNOWN = _Unknown()
 
 
+# A text[] parameter's items, quoted as PostgreSQL's array input reads them.
+_ARRAY_ITEM_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"'})
+
+
 def _text(value: object) -> bytes | None:
     """A parameter in PostgreSQL's text format."""
     if value is None:
@@ -623,7 +614,7 @@ def _text(value: object) -> bytes | None:
     if isinstance(value, datetime):
         return value.isoformat().encode()
     if isinstance(value, list | tuple):
-        quoted = ('"' + str(item).replace("\\", "\\\\").replace('"', '\\"') + '"' for item in value)
+        quoted = ('"' + str(item).translate(_ARRAY_ITEM_ESCAPES) + '"' for item in value)
         return ("{" + ",".join(quoted) + "}").encode()
     return str(value).encode()
 
