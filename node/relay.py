@@ -3,14 +3,13 @@
 Every node of a cluster shares one PostgreSQL. After a commit the hub hands
 the event to :class:`ClusterRelay`, which NOTIFYs it on :data:`CHANNEL`;
 every node LISTENs there on one dedicated connection (``application_name``
-:data:`APPLICATION_NAME`), ignores its own notifications and relays the rest.
-Payloads are ids and seqs, never message bodies (PostgreSQL caps a payload
-below 8,000 bytes): a ``message`` relay is ``{"n": origin, "k": "msg", "s":
-scopeId, "f": fromSeq, "t": toSeq}``, and the receiving node fetches the
-messages with their readers among its own session members in one statement
-(``storage/relay.py``: the one SQL predicate, bound per candidate), encodes
-each event once (twice when ``metadata.recipients`` is shown to some) and
-queues it on its readers' sessions.
+:data:`APPLICATION_NAME`), ignores its own notifications and hands the rest
+to its :class:`~node.relay_delivery.Delivery`, which pushes them to the
+sessions. Payloads are ids and seqs, never message bodies (PostgreSQL caps a
+payload below 8,000 bytes): a ``message`` relay is ``{"n": origin, "k":
+"msg", "s": scopeId, "f": fromSeq, "t": toSeq}``, and the receiving node
+fetches the messages with their readers among its own session members
+(``node/relay_delivery.py``).
 
 One channel for the whole database rather than one per workspace: a node
 never has to LISTEN/UNLISTEN as sessions of new workspaces come and go, and
@@ -21,16 +20,10 @@ query: a node with no reader of the scope issues no statement). Per-workspace
 channels would cut that at the price of LISTEN bookkeeping; at the rates one
 database sustains, parsing is not what limits a node.
 
-Order and gaps. Per scope the relay keeps a cursor of the seqs its sessions
-were handed (local commits count too). A notification that leaves a hole
-below it (another node's notification still in flight, or a node that died
-between commit and NOTIFY) is held for :data:`GAP_WAIT` seconds; then the hole
-is read from the database, so sessions get every seq in order and never a
-silent gap. When the LISTEN connection drops, the node reconnects and, before
-relaying anything newer, reads every scope with messages since the last moment
-it knew it was listening (minus :data:`CATCHUP_MARGIN` for transactions in
-flight) and pushes what its sessions missed by seq; a range too long to push
-becomes ``invalidate {scopeId, reason: "relay_gap", fromSeq}``.
+When the LISTEN connection drops, the node reconnects and, before relaying
+anything newer, has the delivery read every scope with messages since the
+last moment it knew it was listening (minus :data:`CATCHUP_MARGIN` for
+transactions in flight), so its sessions still get every seq in order.
 
 A node alone does not NOTIFY. Every :data:`PEER_POLL` seconds the relay looks
 up the other nodes' listeners (``pg_stat_activity`` by application name);
@@ -50,10 +43,8 @@ from __future__ import annotations
 import json
 import math
 import secrets
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -61,22 +52,13 @@ import psycopg
 import structlog
 import trio
 
-from actors.sources import VIEW_KIND
-from node.hub import Hub, LiveSession, wake_frame
-from node.views import sees_recipients, stored_message_view
+from node.hub import Hub
+from node.relay_delivery import Delivery
 from protocol.codec import encode
-from protocol.frames import (
-    InvalidateEvent,
-    MembershipEvent,
-    MessageEvent,
-    ReadStateEvent,
-)
-from protocol.wsframes import frame
-from storage import outbox
+from protocol.frames import ReadStateEvent
 from storage import relay as relay_sql
 from storage.errors import StorageError
 from storage.pg import Pool, TrioConnection, reusable
-from storage.sources import pending
 
 log = structlog.get_logger(__name__)
 
@@ -86,59 +68,9 @@ MAX_PAYLOAD = 7_900  # PostgreSQL refuses 8,000 bytes and more
 HEARTBEAT = 5.0  # seconds between liveness probes on the listener
 RECONNECT_DELAY = 0.5
 CATCHUP_MARGIN = timedelta(seconds=10)  # a send's created_at precedes its commit
-GAP_WAIT = 1.0
-RANGE_LIMIT = 1_000  # longer holes are an invalidate, not a push
-CURSORS_KEPT = 20_000
-READERS_KEPT = 10_000  # scopes whose readers among local members are remembered
-ABOVE_KEPT = 10_000
-# A cursor without a frontier has seen only this node's own commits (on a node
-# without peers, every cursor): of those only the newest can ever meet another
-# node's notification, so no more than this many are kept.
-UNANCHORED_KEPT = 64
 NOTIFY_ATTEMPTS = 3
 PEER_POLL = 1.0  # seconds between looks at which other nodes listen
 JOIN_WAIT = 3.0  # at most this long for the peers' acknowledgements
-
-
-class _Cursor:
-    """Seqs of one scope this node's sessions were handed: all up to ``frontier``
-    and those in ``above``. A scope first seen through a local commit has no
-    frontier yet (what came before it is unknown) until a notification gives one."""
-
-    __slots__ = ("above", "frontier")
-
-    def __init__(self, frontier: int | None) -> None:
-        self.frontier = frontier
-        self.above: set[int] = set()
-
-    def has(self, seq: int) -> bool:
-        return (self.frontier is not None and seq <= self.frontier) or seq in self.above
-
-    def start_at(self, frontier: int) -> None:
-        if self.frontier is None:
-            self.frontier = frontier
-            self.above = {s for s in self.above if s > frontier}
-            self.add(())
-
-    def add(self, seqs: Collection[int]) -> None:
-        self.above.update(seqs)
-        if self.frontier is None:
-            if len(self.above) > UNANCHORED_KEPT:
-                self.above = set(sorted(self.above)[-UNANCHORED_KEPT // 2 :])
-            return
-        self.above = {s for s in self.above if s > self.frontier}
-        while self.frontier + 1 in self.above:
-            self.frontier += 1
-            self.above.discard(self.frontier)
-        if len(self.above) > ABOVE_KEPT:
-            # A hole that never fills: stop tracking below the highest seq.
-            self.frontier = max(self.above)
-            self.above.clear()
-
-    def missing(self, upto: int) -> list[int]:
-        if self.frontier is None:
-            return []
-        return [s for s in range(self.frontier + 1, upto + 1) if s not in self.above]
 
 
 class _Kept:
@@ -175,20 +107,6 @@ class _Kept:
                 await self._pool.give_back(conn)
 
 
-class _Readers:
-    """Who among the asked members reads a scope, for one roster of it."""
-
-    __slots__ = ("asked", "readers", "roster")
-
-    def __init__(self, roster: str) -> None:
-        self.roster = roster
-        self.asked: set[str] = set()
-        self.readers: set[str] = set()
-
-    def covers(self, candidates: Collection[str]) -> bool:
-        return self.asked.issuperset(candidates)
-
-
 class ClusterRelay:
     """NOTIFY after commit, LISTEN and relay to local sessions (see module doc)."""
 
@@ -210,12 +128,6 @@ class ClusterRelay:
         # none and nothing runs, the listener handles a notification itself.
         self._queued = 0
         self._processing = trio.Lock()
-        self._cursors: OrderedDict[str, _Cursor] = OrderedDict()
-        self._readers: OrderedDict[str, _Readers] = OrderedDict()
-        # A scope never changes workspace: learnt from its first relayed read.
-        self._workspace_of: dict[str, str] = {}
-        self._held: dict[str, int] = {}
-        self._fetching: set[str] = set()
         # The process loop's and the publish loop's own connections, kept
         # between notifications: neither waits for a pool checkout.
         self._reader = _Kept(pool)
@@ -230,9 +142,7 @@ class ClusterRelay:
         self._acks: set[int] = set()
         self._acked = trio.Event()
         self._joined = trio.Event()
-        self.events_relayed = 0
-        self.catchups = 0
-        self.lean_reads = 0  # relayed ranges answered without the full statement
+        self.delivery = Delivery(hub, self._reading, self._enqueue)
 
     # ------------------------------------------------------------ publishing (hub)
 
@@ -242,19 +152,7 @@ class ClusterRelay:
         if not seqs:
             return True
         self._notify({"k": "msg", "s": scope_id, "f": min(seqs), "t": max(seqs)})
-        if self.alone and scope_id not in self._cursors:
-            # No other node writes here: nothing can arrive out of order, and a
-            # cursor per scope would only hold memory.
-            return True
-        cursor = self._cursor(scope_id, None)
-        if scope_id in self._fetching or cursor.missing(min(seqs) - 1):
-            # Another node's earlier seqs are not delivered here yet (two nodes
-            # wrote the scope): deliver ours after them, read back in order.
-            self._hold(scope_id, max(seqs))
-            self._enqueue(("flush", scope_id))
-            return False
-        cursor.add(seqs)
-        return True
+        return self.delivery.committed_here(scope_id, seqs, alone=self.alone)
 
     def membership(
         self,
@@ -336,7 +234,7 @@ class ClusterRelay:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            self._nursery = self.delivery.nursery = nursery
             nursery.start_soon(self._publish_loop)
             nursery.start_soon(self._process_loop)
             await nursery.start(self._listen)
@@ -554,262 +452,35 @@ class ClusterRelay:
             parsed.append((data.get("k"), data))
         return parsed
 
-    # ------------------------------------------------------------ relaying
+    # ------------------------------------------------------------ dispatch
 
     async def _handle(self, job: tuple[Any, ...]) -> None:
         kind = job[0]
         if kind == "msg":
             data = job[1]
-            await self._messages(data["s"], int(data["f"]), int(data["t"]), force=False)
+            await self.delivery.messages(data["s"], int(data["f"]), int(data["t"]), force=False)
         elif kind == "flush":
-            await self._messages(job[1], 0, 0, force=True)
+            await self.delivery.messages(job[1], 0, 0, force=True)
         elif kind == "catchup":
-            await self._catch_up(job[1])
+            await self.delivery.catch_up(job[1])
         elif kind == "mem":
-            await self._membership(job[1])
+            await self.delivery.membership(job[1])
         elif kind == "read":
             data = job[1]
             payload = encode(ReadStateEvent(scope_id=data["s"], last_read_seq=int(data["l"])))
             for session in self._hub.sessions_of(data["m"]):
                 session.push(payload)
         elif kind == "ev":
-            await self._event(job[1])
+            await self.delivery.event(job[1])
         elif kind == "inv":
             data = job[1]
-            await self._invalidate(data["s"], int(data.get("q", 1)), str(data.get("why")))
+            await self.delivery.invalidate(data["s"], int(data.get("q", 1)), str(data.get("why")))
         elif kind == "hello":
             self._greet(job[1])
         elif kind == "ack":
             self._acknowledged(job[1])
         else:
             log.warning("relay_kind_unknown", kind=str(kind))
-
-    def _hold(self, scope_id: str, upto: int) -> None:
-        self._held[scope_id] = max(upto, self._held.get(scope_id, 0))
-
-    def _cursor(self, scope_id: str, frontier: int | None) -> _Cursor:
-        cursor = self._cursors.get(scope_id)
-        if cursor is None:
-            cursor = self._cursors[scope_id] = _Cursor(frontier)
-            if len(self._cursors) > CURSORS_KEPT:
-                self._cursors.popitem(last=False)
-        else:
-            self._cursors.move_to_end(scope_id)
-        return cursor
-
-    async def _messages(self, scope_id: str, first: int, last: int, *, force: bool) -> None:
-        cursor = self._cursor(scope_id, first - 1)
-        if first > 0:
-            cursor.start_at(first - 1)
-        upto = max(last, self._held.pop(scope_id, 0))
-        missing = cursor.missing(upto)
-        if not missing:
-            return
-        if not force and missing[0] < first:
-            # A hole below this range: another node's notification may still
-            # be on its way. Hold the range; read the hole if it stays open.
-            if scope_id not in self._held:
-                assert self._nursery is not None
-                self._nursery.start_soon(self._flush_later, scope_id)
-            self._hold(scope_id, upto)
-            return
-        self._fetching.add(scope_id)
-        try:
-            await self._push_range(scope_id, cursor, missing)
-        finally:
-            self._fetching.discard(scope_id)
-
-    async def _flush_later(self, scope_id: str) -> None:
-        await trio.sleep(GAP_WAIT)
-        if scope_id in self._held:
-            self._enqueue(("flush", scope_id))
-
-    async def _push_range(self, scope_id: str, cursor: _Cursor, seqs: list[int]) -> None:
-        candidates = self._hub.member_ids(self._workspace_of.get(scope_id))
-        if seqs[-1] - seqs[0] >= RANGE_LIMIT:
-            cursor.add(range(seqs[0], seqs[-1] + 1))
-            if candidates:
-                await self._invalidate(scope_id, seqs[0], "relay_gap")
-            return
-        if not candidates:
-            cursor.add(seqs)
-            return
-        async with self._reading() as conn:
-            rows = await self._read(conn, scope_id, seqs[0], seqs[-1], candidates)
-        wanted = set(seqs)
-        batches: dict[LiveSession, list[tuple[int, bytes]]] = {}
-        for row in rows:
-            message = row.message
-            if message.seq not in wanted:
-                continue
-            framed: dict[bool, bytes] = {}
-            recipients = message.metadata.get("recipients") or ()
-            for reader in row.readers:
-                privileged = bool(recipients) and sees_recipients(
-                    reader, message.author.id, recipients
-                )
-                if privileged not in framed:
-                    view = stored_message_view(message, reader if privileged else None)
-                    view.sources = [pending(_view_kind(k)) for k in row.source_kinds]
-                    framed[privileged] = frame(
-                        encode(MessageEvent(scope_id=scope_id, message=view))
-                    )
-                for session in self._hub.sessions_of(reader):
-                    batches.setdefault(session, []).append((message.seq, framed[privileged]))
-        cursor.add(seqs)
-        for session, events in batches.items():
-            session.deliver_events(scope_id, events)
-            self.events_relayed += len(events)
-        self._hub.events_published += sum(len(e) for e in batches.values())
-        await self._wake_daemons(scope_id, [row for row in rows if row.message.seq in wanted])
-
-    async def _read(
-        self, conn: TrioConnection, scope_id: str, first: int, last: int, candidates: list[str]
-    ) -> list[relay_sql.RelayedMessage]:
-        """The messages with their readers among ``candidates``.
-
-        Humans and public agents read all of a scope or none of it, by the
-        roster alone, so what the full statement decided for them holds for
-        as long as the roster it was read under: the lean read then answers,
-        and checks that roster in the same statement. A private agent among
-        the candidates (its right depends on each message), a roster change
-        or a candidate not yet decided takes the full statement again.
-        """
-        known = self._readers.get(scope_id)
-        if known is not None and known.covers(candidates) and not self._any_private(candidates):
-            rows = await relay_sql.messages_in_range(conn, scope_id, first, last)
-            if all(row.roster == known.roster for row in rows):
-                self.lean_reads += 1
-                self._readers.move_to_end(scope_id)
-                readers = tuple(c for c in candidates if c in known.readers)
-                return [replace(row, readers=readers) for row in rows]
-        rows = await relay_sql.readers_in_range(conn, scope_id, first, last, candidates)
-        if rows:
-            if len(self._workspace_of) >= CURSORS_KEPT and scope_id not in self._workspace_of:
-                del self._workspace_of[next(iter(self._workspace_of))]
-            self._workspace_of[scope_id] = rows[0].message.author.workspace_id
-            self._remember(scope_id, rows[0], candidates)
-        return rows
-
-    def _any_private(self, candidates: list[str]) -> bool:
-        return any(_is_private_agent(self._hub.sessions_of(c)) for c in candidates)
-
-    def _remember(
-        self, scope_id: str, row: relay_sql.RelayedMessage, candidates: list[str]
-    ) -> None:
-        public = [c for c in candidates if not _is_private_agent(self._hub.sessions_of(c))]
-        known = self._readers.get(scope_id)
-        if known is None or known.roster != row.roster:
-            known = self._readers[scope_id] = _Readers(row.roster)
-            if len(self._readers) > READERS_KEPT:
-                self._readers.popitem(last=False)
-        known.asked.update(public)
-        known.readers.update(c for c in public if c in row.readers)
-
-    async def _wake_daemons(self, scope_id: str, rows: Sequence[Any]) -> None:
-        """``deliver`` to this node's daemons the wakes another node wrote for
-        these messages (that node pushed them only to the daemons it holds)."""
-        readers = {reader for row in rows for reader in row.readers}
-        daemons = {}
-        for reader in readers:
-            sessions = [s for s in self._hub.sessions_of(reader) if s.is_daemon]
-            if sessions:
-                daemons[reader] = sessions
-        if not daemons:
-            return
-        messages = {row.message.id: row.message for row in rows}
-        async with self._reading() as conn:
-            wakes = await outbox.wakes_of_messages(conn, list(messages), list(daemons))
-        for message_id, agent_id, reason in wakes:
-            message = messages[message_id]
-            view = stored_message_view(message, agent_id)
-            wake_id, wake = wake_frame(message_id, agent_id, scope_id, message.seq, reason, view)
-            for session in daemons[agent_id]:
-                if not session.is_muted(scope_id):
-                    session.push_wake(wake_id, wake)
-
-    async def _catch_up(self, cutoff: datetime) -> None:
-        self.catchups += 1
-        if not self._hub.member_ids():
-            return
-        async with self._reading() as conn:
-            active = await relay_sql.active_since(conn, cutoff)
-        log.info("relay_catch_up", scopes=len(active))
-        for scope in active:
-            cursor = self._cursors.get(scope.scope_id)
-            if cursor is None:
-                if scope.first_seq_since is None:
-                    continue
-                cursor = self._cursor(scope.scope_id, scope.first_seq_since - 1)
-            self._held.pop(scope.scope_id, None)
-            missing = cursor.missing(scope.latest_seq)
-            if missing:
-                await self._push_range(scope.scope_id, cursor, missing)
-
-    async def _membership(self, data: dict[str, Any]) -> None:
-        scope_id, member_id, op = data["s"], data["m"], data["op"]
-        if op == "left":
-            self._hub.stop_scope_events(scope_id, member_id)
-        else:
-            self._hub.allow_scope_events(scope_id, member_id)
-        local = self._hub.member_ids()
-        if not local:
-            return
-        if "a" in data:
-            targets = set(data["a"]).intersection(local)
-        else:
-            async with self._reading() as conn:
-                targets = await relay_sql.current_readers(conn, scope_id, local)
-            if member_id in local:
-                targets.add(member_id)
-        payload = encode(
-            MembershipEvent(scope_id=scope_id, member_id=member_id, op=op, visibility=data["v"])
-        )
-        for reader in targets:
-            for session in self._hub.sessions_of(reader):
-                session.push(payload)
-                self.events_relayed += 1
-
-    async def _event(self, data: dict[str, Any]) -> None:
-        scope_id = data["s"]
-        local = self._hub.member_ids()
-        if not local:
-            return
-        if "a" in data:
-            targets = set(data["a"]).intersection(local)
-        else:
-            targets = await self._readers_of(scope_id, str(data.get("r")), local)
-        wakes = set(data.get("w", ()))
-        daemons = bool(data.get("d", 1))
-        payload = str(data["e"]).encode()
-        for reader in targets:
-            woken = reader in wakes
-            for session in self._hub.sessions_of(reader):
-                if (daemons or woken or not session.is_daemon) and not session.is_muted(scope_id):
-                    session.push(payload)
-                    self.events_relayed += 1
-
-    async def _readers_of(self, scope_id: str, message_id: str, local: list[str]) -> set[str]:
-        """Current readers of a message among ``local``; private agents left out,
-        since whose activity they may see depends on who acted (conservative)."""
-        async with self._reading() as conn:
-            found = await relay_sql.readers_of_message(conn, scope_id, message_id, local)
-        if found is None:
-            return set()
-        return {
-            reader
-            for reader in found.readers
-            if not _is_private_agent(self._hub.sessions_of(reader))
-        }
-
-    async def _invalidate(self, scope_id: str, from_seq: int, reason: str) -> None:
-        local = self._hub.member_ids()
-        async with self._reading() as conn:
-            targets = await relay_sql.current_readers(conn, scope_id, local)
-        payload = encode(InvalidateEvent(scope_id=scope_id, reason=reason, from_seq=from_seq))
-        for reader in targets:
-            for session in self._hub.sessions_of(reader):
-                session.push(payload)
 
 
 def _merge(jobs: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -827,14 +498,3 @@ def _merge(jobs: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
                 continue
         merged.append(job)
     return merged
-
-
-def _view_kind(kind: str) -> str:
-    return VIEW_KIND.get(kind, "context")
-
-
-def _is_private_agent(sessions: Collection[LiveSession]) -> bool:
-    for session in sessions:
-        member = getattr(session, "member", None)
-        return bool(member is not None and member.is_private_agent)
-    return False

@@ -171,7 +171,7 @@ async def test_message_membership_read_state_reaction_and_edit_events_cross_node
         assert b.services.hub.relay is not None
         relay_b = b.services.hub.relay
         assert isinstance(relay_b, relay.ClusterRelay)
-        assert relay_b.events_relayed > 0
+        assert relay_b.delivery.events_relayed > 0
 
 
 async def test_relayed_readers_follow_every_roster_change_on_the_lean_read(
@@ -198,7 +198,7 @@ async def test_relayed_readers_follow_every_roster_change_on_the_lean_read(
                 sent = await ann_a.send("#lean", f"one {i}")
                 got = await messages_until(bob_b, scope, sent["acceptedSeq"])
                 assert seqs(got)[-1] == sent["acceptedSeq"]
-            assert relay_b.lean_reads >= 2
+            assert relay_b.delivery.lean_reads >= 2
             await nothing_more(carl_b, scope)
 
             # carl joins on node A: his session on B gets what follows.
@@ -212,13 +212,13 @@ async def test_relayed_readers_follow_every_roster_change_on_the_lean_read(
             # bob is removed on node A: nothing more reaches him on B, while
             # carl, on the same node, keeps getting every message.
             await ann_a.remove(scope, bob.id)
-            before = relay_b.lean_reads
+            before = relay_b.delivery.lean_reads
             for i in range(3):
                 sent = await ann_a.send("#lean", f"two {i}")
                 got = await messages_until(carl_b, scope, sent["acceptedSeq"])
                 assert seqs(got)[-1] == sent["acceptedSeq"]
             await nothing_more(bob_b, scope)
-            assert relay_b.lean_reads > before
+            assert relay_b.delivery.lean_reads > before
 
             # A member whose first session on B opens now is decided afresh.
             await ann_a.request("invite", scopeId=scope, memberId=dora.id)
@@ -287,12 +287,12 @@ async def test_a_killed_listener_catches_up_from_the_database(
             with trio.fail_after(WAIT):
                 while relay_b.listener_pid == pid:
                     await trio.sleep(0.01)
-            catchups = relay_b.catchups
+            catchups = relay_b.delivery.catchups
             missed = [await ann_a.send("#ops", f"during the gap {i}") for i in range(5)]
             last = missed[-1]["acceptedSeq"]
             got = await messages_until(bob_b, scope, last)
             assert seqs(got) == list(range(2, last + 1))
-            assert relay_b.catchups == catchups + 1
+            assert relay_b.delivery.catchups == catchups + 1
             assert relay_b.listener_pid not in (None, pid)
             # And live relaying goes on after the catch-up, without duplicates.
             later = await ann_a.send("#ops", "after")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from node.relay import UNANCHORED_KEPT, _Cursor
+from node.relay_delivery import UNANCHORED_KEPT, _Cursor
 
 
 def test_a_cursor_without_a_frontier_keeps_only_the_newest_local_seqs() -> None:
