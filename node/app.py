@@ -30,7 +30,7 @@ from node.services import Services
 from protocol.errors import CloseCode
 from storage import directory, outbox, scopes
 from storage.group_commit import GroupCommitter
-from storage.pg import Pool, open_pool
+from storage.pool import Pool, open_pool
 from storage.store import PgScopeStore
 
 log = structlog.get_logger(__name__)

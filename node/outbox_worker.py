@@ -23,7 +23,8 @@ from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEve
 from protocol.wsframes import frame
 from storage import messages, outbox, reactions, scopes
 from storage.outbox import LeasedRow
-from storage.pg import Pool, TrioConnection
+from storage.pg import TrioConnection
+from storage.pool import Pool
 
 log = structlog.get_logger(__name__)
 

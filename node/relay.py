@@ -58,7 +58,8 @@ from protocol.codec import encode
 from protocol.frames import ReadStateEvent
 from storage import relay as relay_sql
 from storage.errors import StorageError
-from storage.pg import Pool, TrioConnection, reusable
+from storage.pg import TrioConnection
+from storage.pool import Pool, reusable
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ from actors.model import Member, ScopeInfo
 from actors.policy import can_open_dm, knows_member
 from protocol.errors import ErrorCode, OperationError
 from storage import directory, messages, scopes
-from storage.pg import Pool
+from storage.pool import Pool
 from storage.scopes import KnownScope
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")

@@ -13,7 +13,7 @@ from node.metrics import Metrics
 from node.registry import ActorRegistry
 from node.resolver import Resolver
 from node.upload_gate import UploadGate
-from storage.pg import Pool
+from storage.pool import Pool
 
 
 @dataclass(slots=True)

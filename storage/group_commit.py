@@ -29,7 +29,8 @@ import trio
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend
 from storage import applier
-from storage.pg import Pool, TrioConnection, reusable, worth_keeping
+from storage.pg import TrioConnection
+from storage.pool import Pool, reusable, worth_keeping
 
 log = structlog.get_logger(__name__)
 

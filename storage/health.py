@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from storage.pg import Pool
+from storage.pool import Pool
 
 PING = "SELECT 1"
 

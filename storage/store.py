@@ -20,7 +20,8 @@ from actors.ports import (
 from actors.scope_state import RECENT_TAIL
 from storage import applier, messages, mutations, reactions, scopes
 from storage.group_commit import GroupCommitter
-from storage.pg import Pool, TrioConnection
+from storage.pg import TrioConnection
+from storage.pool import Pool
 
 
 class PgScopeStore:

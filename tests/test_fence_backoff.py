@@ -33,7 +33,7 @@ from node.database import autocommit
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import FreshnessIn, SendResult
 from storage import directory, scopes
-from storage.pg import Pool, open_pool
+from storage.pool import Pool, open_pool
 from storage.store import PgScopeStore
 
 WAIT = 10.0

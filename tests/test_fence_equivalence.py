@@ -31,7 +31,8 @@ from node.database import autocommit
 from protocol.errors import OperationError
 from protocol.frames import SendResult
 from storage import directory, grants, messages, scopes
-from storage.pg import Pool, TrioConnection, open_pool
+from storage.pg import TrioConnection
+from storage.pool import Pool, open_pool
 from storage.store import PgScopeStore
 
 # (kind, owner index): ann creates the channel; pub is ann's public agent;

@@ -17,7 +17,8 @@ from actors.scope_state import Append, ScopeState, SendCommand
 from node.database import autocommit
 from storage import directory, scopes
 from storage.group_commit import GroupCommitter
-from storage.pg import connect, open_pool
+from storage.pg import connect
+from storage.pool import open_pool
 from storage.store import PgScopeStore
 
 

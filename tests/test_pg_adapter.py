@@ -28,7 +28,8 @@ from storage.errors import (
     map_errors,
     translate,
 )
-from storage.pg import Pool, TrioConnection, connect, open_pool
+from storage.pg import TrioConnection, connect
+from storage.pool import Pool, open_pool
 
 IDLE = pq.TransactionStatus.IDLE
 

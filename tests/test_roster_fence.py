@@ -25,7 +25,8 @@ from actors.scope_state import Append, ScopeState, SendCommand
 from node.client import Client
 from node.database import autocommit
 from storage import applier, scopes
-from storage.pg import connect, open_pool
+from storage.pg import connect
+from storage.pool import open_pool
 from storage.store import PgScopeStore
 from tests.nodes import World, make_channel, running_node
 
