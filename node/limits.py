@@ -85,9 +85,15 @@ class TokenBucket:
 
     O(1) and allocation-free apart from the float results: no timers, no
     queues; the refill is computed from the time since the last look.
+
+    A refused request is told when to come back (:meth:`turn`): at the first
+    token not yet promised to an earlier refused request. Clients that wait as
+    told then come back one per token instead of all at once at the next one,
+    and each is refused about once per token it gets, however many sessions
+    share the bucket.
     """
 
-    __slots__ = ("burst", "rate", "stamp", "tokens")
+    __slots__ = ("burst", "promised", "rate", "stamp", "tokens")
 
     def __init__(self, rate: float, burst: float, now: float) -> None:
         if rate <= 0 or burst < 1:
@@ -96,6 +102,8 @@ class TokenBucket:
         self.burst = burst
         self.tokens = burst
         self.stamp = now
+        # When the last token promised to a refused request comes in.
+        self.promised = now
 
     def wait(self, now: float) -> float:
         """Refill up to ``now``: 0.0 when a token is there, else seconds until one is."""
@@ -112,6 +120,21 @@ class TokenBucket:
         if not wait:
             self.tokens -= 1.0
         return wait
+
+    def turn(self, now: float, wait: float) -> float:
+        """Promise a refused request the first token no earlier refused request
+        was promised (``wait``: seconds until the next token); seconds until it."""
+        ahead = self.next_turn(now, wait)
+        self.promised = now + ahead
+        return ahead
+
+    def next_turn(self, now: float, wait: float) -> float:
+        """What :meth:`turn` would answer, promising nothing. At most a bucketful
+        ahead: a caller refused that often is given no later turn."""
+        at = now + wait
+        if self.promised >= at:
+            at = min(self.promised + 1.0 / self.rate, now + self.burst / self.rate)
+        return at - now
 
 
 class Kind(IntEnum):
@@ -205,14 +228,19 @@ class Limiter:
 def _refusal(
     kind: Kind, mine: tuple[TokenBucket, ...], shared: tuple[TokenBucket, ...], now: float
 ) -> Refusal:
-    """The bucket with the longest wait: retrying after it finds every bucket
-    of the request ready."""
+    """The empty bucket whose next unpromised token is furthest off: retrying
+    then finds every bucket of the request ready, unless requests that were not
+    refused took the tokens first. That token is promised."""
     refusal = Refusal("", "", 0.0)
+    binding: TokenBucket | None = None
     for per, buckets in (("member", mine), ("workspace", shared)):
         for name, bucket in zip(_NAMES[kind], buckets, strict=True):
             wait = bucket.wait(now)
-            if wait > refusal.wait:
-                refusal = Refusal(name, per, wait)
+            if wait and (turn := bucket.next_turn(now, wait)) > refusal.wait:
+                refusal = Refusal(name, per, turn)
+                binding = bucket
+    assert binding is not None
+    binding.turn(now, binding.wait(now))
     return refusal
 
 

@@ -83,7 +83,7 @@ def _admitted(limiter: Limiter, kind: Kind, member: str, count: int, now: float 
 def test_one_member_has_one_send_bucket_whatever_its_sessions() -> None:
     limiter = _limiter()
     # The session does not appear in the key: every call for ann shares two sends.
-    assert _admitted(limiter, Kind.SEND, "ann", 5) == 2
+    assert _admitted(limiter, Kind.SEND, "ann", 2) == 2
     refusal = limiter.admit(Kind.SEND, "ann", "ws", 0.0)
     assert refusal is not None
     assert (refusal.bucket, refusal.per) == ("send", "member")
@@ -160,6 +160,22 @@ def test_the_table_keeps_a_bounded_number_of_members_least_recent_out() -> None:
     assert _admitted(limiter, Kind.SEND, "ann", 5) == 2
 
 
+def test_refused_callers_get_one_turn_each_at_most_a_bucketful_ahead() -> None:
+    bucket = TokenBucket(rate=2.0, burst=3, now=0.0)
+    for _ in range(3):
+        bucket.take(0.0)
+    waits = [bucket.turn(0.0, bucket.wait(0.0)) for _ in range(5)]
+    assert waits == pytest.approx([0.5, 1.0, 1.5, 1.5, 1.5])
+    # The first turn comes: its caller finds a token, whatever came before.
+    assert bucket.take(0.5) == 0.0
+    # A caller refused later queues after the turns already promised.
+    assert bucket.turn(0.6, bucket.wait(0.6)) == pytest.approx(1.5 - 0.6 + 0.5)
+    # Turns long past are forgotten: the next token is the next turn again.
+    for _ in range(3):
+        bucket.take(10.0)
+    assert bucket.turn(10.0, bucket.wait(10.0)) == pytest.approx(0.5)
+
+
 def test_retry_after_is_rounded_up_to_whole_milliseconds() -> None:
     assert retry_after_ms(0.0004) == 1
     assert retry_after_ms(0.25) == 250
@@ -184,14 +200,20 @@ async def _answers(client: Client, frames: list[dict[str, Any]]) -> list[dict[st
     return answers
 
 
-def _limited(answers: list[dict[str, Any]], longest_ms: int = 1000) -> list[dict[str, Any]]:
+def _limited(answers: list[dict[str, Any]], token_ms: int = 1000) -> list[dict[str, Any]]:
+    """The refusals among ``answers`` (``token_ms``: a token comes back that often)."""
     limited = [a for a in answers if a.get("type") == "error"]
     for answer in limited:
         assert answer["code"] == "rate_limited", answer
         assert answer["retryable"] is True
-        retry = answer["details"]["retryAfterMs"]
-        assert isinstance(retry, int), answer
-        assert 0 < retry <= longest_ms, answer
+        assert isinstance(answer["details"]["retryAfterMs"], int), answer
+    if limited:
+        # Each refused request is given a turn of its own: the next token, the
+        # one after, and so on.
+        retries = sorted(a["details"]["retryAfterMs"] for a in limited)
+        assert len(set(retries)) == len(retries), retries
+        assert 0 < retries[0] <= token_ms, retries
+        assert retries[-1] <= len(retries) * token_ms + 1, retries
     return limited
 
 
@@ -296,7 +318,7 @@ async def test_two_sessions_of_a_member_share_its_bucket_and_another_member_has_
             answers += await _answers(second, frames[4:])
             # Six tokens for ann, however many sessions she opens; one comes
             # back every 10 s, more than this test takes.
-            limited = _limited(answers, longest_ms=10_000)
+            limited = _limited(answers, token_ms=10_000)
             assert len(limited) == 2, answers
             assert {(a["details"]["bucket"], a["details"]["per"]) for a in limited} == {
                 ("send", "member")
@@ -326,7 +348,7 @@ async def test_searches_and_history_have_a_smaller_bucket_of_their_own(
                 {"type": "history", "id": next(_ids), "target": "#reads"},
             ]
             answers = await _answers(client, frames)
-            limited = _limited(answers, longest_ms=10_000)
+            limited = _limited(answers, token_ms=10_000)
             assert len(limited) == 1, answers
             assert limited[0]["details"]["bucket"] == "read"
             # The other session of the same member finds the read bucket empty too...
