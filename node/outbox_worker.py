@@ -21,7 +21,7 @@ from node.views import stored_message_view
 from protocol.codec import encode
 from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
 from protocol.wsframes import frame
-from storage import messages, outbox, reactions, scopes
+from storage import access, messages, outbox, reactions, scopes
 from storage.outbox import LeasedRow
 from storage.pg import TrioConnection
 from storage.pool import Pool
@@ -157,7 +157,7 @@ class OutboxWorker:
                 if not sessions:
                     continue
                 # The same read rights as history: parent grants and the thread rule.
-                viewer = await scopes.viewer_for(conn, info, listing.member)
+                viewer = await access.viewer_for(conn, info, listing.member)
                 if viewer is None:
                     continue
                 page = await messages.page(
@@ -198,7 +198,7 @@ class OutboxWorker:
             sessions = self._hub.sessions_of(listing.member.id)
             if not sessions:
                 continue
-            viewer = await scopes.viewer_for(conn, info, listing.member)
+            viewer = await access.viewer_for(conn, info, listing.member)
             if viewer is None:
                 continue
             if await messages.readable_message(conn, row.scope_id, message.id, viewer) is None:

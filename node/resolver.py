@@ -4,7 +4,7 @@ A private scope the caller has never belonged to does not exist for it
 (docs/authorization.md): every form that names a scope (``#slug``,
 ``#slug:<root>``, ``scope:<id>``, ``task:<id>``, a bare ``scopeId``) answers
 such a scope with the very ``not_found`` a missing one gets, from the same one
-statement (``storage.scopes.known_scope``).
+statement (``storage.access.known_scope``).
 
 Slugs, DM identities, thread roots and scope workspaces never change, and a
 scope once known to a member stays known (memberships are never deleted), so
@@ -21,9 +21,9 @@ from actors.lru import Lru
 from actors.model import Member, ScopeInfo
 from actors.policy import can_open_dm, knows_member
 from protocol.errors import ErrorCode, OperationError
-from storage import directory, messages, scopes
+from storage import access, directory, messages, scopes
+from storage.access import KnownScope
 from storage.pool import Pool
-from storage.scopes import KnownScope
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
 # Threads and DMs are cached per member, so the targets a node has seen grow
@@ -77,7 +77,7 @@ class Resolver:
     async def scope(self, member: Member, scope_id: str, path: str = SCOPE_ID) -> ScopeInfo:
         """The scope, read now, if it exists for the member (``not_found`` otherwise)."""
         async with self._pool.connection() as conn:
-            found = await scopes.known_scope(conn, scope_id, member)
+            found = await access.known_scope(conn, scope_id, member)
         if found is None:
             raise no_such_scope(path)
         self._known.put((self._holder(member, found), scope_id), True)
@@ -110,7 +110,7 @@ class Resolver:
                 raise OperationError(
                     ErrorCode.NOT_FOUND, "no such root message in this channel", path=TARGET
                 )
-            viewer = await scopes.viewer_for(conn, parent, member)
+            viewer = await access.viewer_for(conn, parent, member)
             root = (
                 await messages.readable_message(conn, parent.id, root_id, viewer)
                 if viewer is not None
@@ -128,7 +128,7 @@ class Resolver:
             if not _SLUG.match(slug):
                 raise OperationError(ErrorCode.INVALID_TARGET, f"bad channel slug in {target!r}")
             async with self._pool.connection() as conn:
-                found = await scopes.known_channel(conn, slug, member)
+                found = await access.known_channel(conn, slug, member)
             if found is None:
                 raise _no_such_channel(slug)
             if root:
@@ -137,7 +137,7 @@ class Resolver:
             return found.info.id, self._holder(member, found)
         if kind in ("scope", "task") and rest:
             async with self._pool.connection() as conn:
-                found = await scopes.known_scope(conn, rest, member)
+                found = await access.known_scope(conn, rest, member)
             if found is None:
                 raise no_such_scope(TARGET)
             if kind == "task" and found.info.type.value != "task":

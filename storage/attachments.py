@@ -37,7 +37,7 @@ from typing import Any
 
 from actors.ids import new_id
 from actors.model import Member
-from storage import messages, scopes
+from storage import access, messages, scopes
 from storage.blobs import BlobStore, StagedBlob
 from storage.errors import map_errors
 from storage.pg import TrioConnection
@@ -309,7 +309,7 @@ async def readable_attachment(
     info = await scopes.get_scope(conn, found.scope_id)
     if info is None:
         return None
-    viewer = await scopes.viewer_for(conn, info, member)
+    viewer = await access.viewer_for(conn, info, member)
     if viewer is None:
         return None
     readable = await messages.readable_message(conn, info.id, found.message_id, viewer)

@@ -1,4 +1,11 @@
-"""Scopes, channel profiles, memberships, notification settings, grants."""
+"""Scopes, channel profiles, memberships and notification settings.
+
+Creating scopes (channels, DMs, threads, a workspace's ``#general``), the
+roster writes, read positions and the listings (a member's scopes, a scope's
+members, the channel browser, the people a member may name). What a scope
+actor loads is ``storage/snapshots.py``; what exists for a member and what it
+may read there, ``storage/access.py``.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +14,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.ids import new_id
-from actors.lru import Lru
 from actors.model import (
-    IdempotencyRecord,
     Member,
     Membership,
     MemberType,
     NotificationState,
-    PrivateGrant,
     ScopeInfo,
-    ScopeSnapshot,
     ScopeType,
-    StoredMessage,
-    ThreadContext,
 )
 from actors.policy import dm_membership
 from actors.ports import RosterChange, ScopeMissing
 from storage.directory import member_from_row
 from storage.errors import UniqueViolation, map_errors
-from storage.messages import SELECT_MESSAGE, message_from_row
 from storage.pg import TrioConnection
-from storage.visibility import Viewer
 
 SCOPE_COLUMNS = """
 s.id, s.workspace_id, s.type, s.latest_seq, s.parent_scope_id, s.root_message_id,
@@ -35,14 +34,6 @@ p.slug, p.display_name, p.visibility, s.roster_generation, p.owner_member_id
 """
 SELECT_SCOPE = f"""
 SELECT {SCOPE_COLUMNS}
-FROM scopes s LEFT JOIN scope_channel_profiles p ON p.scope_id = s.id
-WHERE s.id = %s
-"""
-# The snapshot's first statement also reads the database clock: everything the
-# snapshot sees was committed before it, so the actor's clock starts after every
-# grant timestamp it loads (see ``actors/clock.py``).
-SNAPSHOT_SCOPE = f"""
-SELECT {SCOPE_COLUMNS}, clock_timestamp()
 FROM scopes s LEFT JOIN scope_channel_profiles p ON p.scope_id = s.id
 WHERE s.id = %s
 """
@@ -86,36 +77,6 @@ MEMBER_COLUMNS_M = (
     "mem.id, mem.workspace_id, mem.type, mem.handle, mem.display_name, "
     "mem.owner_member_id, mem.is_private"
 )
-SELECT_MEMBERSHIPS = f"""
-SELECT m.member_id, m.visibility, m.owner_member_id, m.effective_from_seq,
-       m.effective_to_seq, m.last_read_seq, {MEMBER_COLUMNS_M}
-FROM scope_memberships m JOIN members mem ON mem.id = m.member_id
-WHERE m.scope_id = %s
-ORDER BY m.effective_from_seq, m.id
-"""
-# The parent of a thread: its current memberships (public ones read the thread,
-# private ones are the only private agents that may be admitted).
-SELECT_PARENT_ROSTER = f"""
-SELECT m.member_id, m.visibility, m.owner_member_id, m.effective_from_seq,
-       m.effective_to_seq, m.last_read_seq, {MEMBER_COLUMNS_M}
-FROM scope_memberships m JOIN members mem ON mem.id = m.member_id
-WHERE m.scope_id = %s AND m.effective_to_seq IS NULL
-ORDER BY m.effective_from_seq, m.id
-"""
-SELECT_NOTIFICATION = "SELECT member_id, state FROM scope_notification_settings WHERE scope_id = %s"
-SELECT_GRANTS = """
-SELECT id, scope_id, owner_member_id, grantee_member_id, created_at, expires_at, revoked_at
-FROM scope_private_grants WHERE scope_id = ANY(%s)
-ORDER BY created_at, id
-"""
-SELECT_RECENT = f"""
-SELECT m.id, m.seq, m.workspace_global_seq, m.message_type, m.content, m.created_at,
-       m.client_message_id, m.idempotency_payload_digest, {MEMBER_COLUMNS_M}
-FROM scope_messages m JOIN members mem ON mem.id = m.author_member_id
-WHERE m.scope_id = %s
-ORDER BY m.seq DESC
-LIMIT %s
-"""
 INSERT_MEMBERSHIP = """
 INSERT INTO scope_memberships
     (scope_id, member_id, visibility, owner_member_id, effective_from_seq, last_read_seq)
@@ -227,7 +188,7 @@ class MemberListing:
     owner_member_id: str | None
 
 
-def _scope_from_row(row: tuple[Any, ...]) -> ScopeInfo:
+def scope_from_row(row: tuple[Any, ...]) -> ScopeInfo:
     return ScopeInfo(
         id=row[0],
         workspace_id=row[1],
@@ -247,7 +208,7 @@ async def get_scope(conn: TrioConnection, scope_id: str) -> ScopeInfo | None:
     with map_errors():
         cur = await conn.execute(SELECT_SCOPE, (scope_id,))
         row = await cur.fetchone()
-    return _scope_from_row(row) if row else None
+    return scope_from_row(row) if row else None
 
 
 async def roster_generation(conn: TrioConnection, scope_id: str) -> int:
@@ -545,182 +506,6 @@ async def current_members(conn: TrioConnection, scope_id: str) -> list[MemberLis
     return [MemberListing(member_from_row(row[:7]), row[7], row[8]) for row in rows]
 
 
-# A channel's roster is cached by its own actor and by each of its threads'
-# actors: those share one object per membership interval.
-MEMBERSHIPS_INTERNED = 100_000
-_memberships: Lru[tuple[Any, ...], Membership] = Lru("memberships_interned", MEMBERSHIPS_INTERNED)
-
-
-def _membership_from_row(row: tuple[Any, ...]) -> Membership:
-    key = tuple(row[:6])
-    return _memberships.intern(key, lambda: Membership(*key))
-
-
-async def load_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> ScopeSnapshot:
-    """Everything a scope actor caches, read in one repeatable-read transaction."""
-    with map_errors():
-        async with conn.transaction():
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            return await read_snapshot(conn, scope_id, recent=recent)
-
-
-# A send decided under these locks cannot lose its fence to another writer:
-# every change a snapshot depends on bumps the scope's row or, for a thread,
-# its parent's. The parent is locked first, as a parent's leave does.
-LOCK_PARENT_FOR_SEND = """
-SELECT 1 FROM scopes
-WHERE id = (SELECT parent_scope_id FROM scopes WHERE id = %s)
-FOR SHARE
-"""
-LOCK_FOR_SEND = "SELECT 1 FROM scopes WHERE id = %s FOR NO KEY UPDATE"
-
-
-async def lock_for_send(conn: TrioConnection, scope_id: str) -> None:
-    """Inside the caller's transaction: keep every other writer off the scope
-    (and off a thread's parent roster) until it ends."""
-    with map_errors():
-        await conn.execute(LOCK_PARENT_FOR_SEND, (scope_id,))
-        cur = await conn.execute(LOCK_FOR_SEND, (scope_id,))
-        if await cur.fetchone() is None:
-            raise ScopeMissing(scope_id)
-
-
-async def read_snapshot(conn: TrioConnection, scope_id: str, *, recent: int) -> ScopeSnapshot:
-    """``load_snapshot``'s reads, inside the caller's transaction: one that is
-    repeatable-read, or holds :func:`lock_for_send`'s locks."""
-    with map_errors():
-        cur = await conn.execute(SNAPSHOT_SCOPE, (scope_id,))
-        row = await cur.fetchone()
-        if row is None:
-            raise ScopeMissing(scope_id)
-        scope = _scope_from_row(row)
-        db_now = row[-1]
-        cur = await conn.execute(SELECT_MEMBERSHIPS, (scope_id,))
-        membership_rows = await cur.fetchall()
-        cur = await conn.execute(SELECT_NOTIFICATION, (scope_id,))
-        notification = {r[0]: NotificationState(r[1]) for r in await cur.fetchall()}
-        grant_scopes = [scope_id] + ([scope.parent_scope_id] if scope.parent_scope_id else [])
-        cur = await conn.execute(SELECT_GRANTS, (grant_scopes,))
-        grants = tuple(PrivateGrant(*r) for r in await cur.fetchall())
-        cur = await conn.execute(SELECT_RECENT, (scope_id, recent))
-        recent_rows = await cur.fetchall()
-        thread = await _thread_context(conn, scope) if scope.parent_scope_id else None
-    members: dict[str, Member] = {}
-    memberships = []
-    for r in membership_rows:
-        members[r[0]] = member_from_row(r[6:13])
-        memberships.append(_membership_from_row(r))
-    messages = []
-    idempotency = {}
-    for r in reversed(recent_rows):
-        author = member_from_row(r[8:15])
-        members.setdefault(author.id, author)
-        messages.append(
-            StoredMessage(
-                id=r[0],
-                scope_id=scope_id,
-                seq=r[1],
-                global_seq=r[2],
-                author=author,
-                message_type=r[3],
-                content=r[4],
-                created_at=r[5],
-                client_message_id=r[6],
-            )
-        )
-        if r[6] is not None:
-            idempotency[(author.id, r[6])] = IdempotencyRecord(r[0], r[1], bytes(r[7]))
-    return ScopeSnapshot(
-        scope=scope,
-        memberships=tuple(memberships),
-        members=members,
-        notification=notification,
-        grants=grants,
-        recent=tuple(messages),
-        idempotency=idempotency,
-        thread=thread,
-        db_now=db_now,
-    )
-
-
-async def _thread_context(conn: TrioConnection, scope: ScopeInfo) -> ThreadContext:
-    """The parent side of a thread (inside the snapshot's transaction)."""
-    assert scope.parent_scope_id is not None
-    cur = await conn.execute(SELECT_GENERATION, (scope.parent_scope_id,))
-    generation = await cur.fetchone()
-    assert generation is not None
-    cur = await conn.execute(SELECT_PARENT_ROSTER, (scope.parent_scope_id,))
-    members: dict[str, Member] = {}
-    memberships = []
-    for r in await cur.fetchall():
-        members[r[0]] = member_from_row(r[6:13])
-        memberships.append(_membership_from_row(r))
-    root = None
-    if scope.root_message_id is not None:
-        cur = await conn.execute(SELECT_MESSAGE, (scope.root_message_id,))
-        row = await cur.fetchone()
-        if row is not None and row[1] == scope.parent_scope_id:
-            root = message_from_row(row)
-    return ThreadContext(
-        parent_scope_id=scope.parent_scope_id,
-        parent_generation=int(generation[0]),
-        root=root,
-        parent_memberships=tuple(memberships),
-        parent_members=members,
-    )
-
-
-SELECT_RIGHTS = """
-SELECT
-    bool_or(effective_to_seq IS NULL AND visibility = 'public'),
-    bool_or(effective_to_seq IS NULL AND visibility = 'private'),
-    count(*) > 0,
-    EXISTS (
-        SELECT 1 FROM scopes t
-        JOIN scope_memberships p ON p.scope_id = t.parent_scope_id
-        WHERE t.id = %(scope_id)s AND t.type = 'thread' AND p.member_id = %(member_id)s
-          AND p.visibility = 'public' AND p.effective_to_seq IS NULL
-    )
-FROM scope_memberships WHERE scope_id = %(scope_id)s AND member_id = %(member_id)s
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadRights:
-    current_public: bool
-    current_private: bool
-    any_membership: bool
-    parent_public: bool = False  # threads: a current public member of the parent
-
-
-async def read_rights(conn: TrioConnection, scope_id: str, member_id: str) -> ReadRights:
-    with map_errors():
-        cur = await conn.execute(SELECT_RIGHTS, {"scope_id": scope_id, "member_id": member_id})
-        row = await cur.fetchone()
-    assert row is not None
-    return ReadRights(bool(row[0]), bool(row[1]), bool(row[2]), bool(row[3]))
-
-
-async def viewer_for(conn: TrioConnection, info: ScopeInfo, member: Member) -> Viewer | None:
-    """The member's read rights in a scope as a predicate Viewer; None if it has none.
-
-    Humans and public agents read by current public membership, and a thread
-    only while they are current public members of the parent;
-    private agents by any membership interval (rows are filtered by the
-    predicate).
-    """
-    rights = await read_rights(conn, info.id, member.id)
-    public = rights.current_public and not member.is_private_agent
-    in_thread = info.type is ScopeType.THREAD
-    if member.is_private_agent:
-        if not rights.any_membership:
-            return None
-    elif not (rights.parent_public if in_thread else public):
-        return None
-    grant_scopes = (info.id,) + ((info.parent_scope_id,) if info.parent_scope_id else ())
-    return Viewer(member, public, grant_scopes, in_thread)
-
-
 # The channel browser: public channels of the workspace, and private ones only
 # where the viewer holds a current membership. Member counts are of current
 # public memberships: a private agent's membership is never revealed.
@@ -788,77 +573,3 @@ async def people_for(conn: TrioConnection, viewer: Member) -> list[PersonListing
         cur = await conn.execute(SELECT_PEOPLE, keys)
         rows = await cur.fetchall()
     return [PersonListing(*row) for row in rows]
-
-
-# ---------------------------------------------------------------- what exists for a member
-#
-# A scope of the member's workspace exists for it when it is a public channel
-# or a thread of one, when the member holds or held a membership in it or (a
-# thread) in its parent, or when explicit context opened one of its messages to
-# it (a private agent). Any other scope answers exactly as one that does not
-# exist (docs/authorization.md): the lookup and the membership test are one
-# statement, so an unknown scope and a missing one cost the same round trip.
-# Memberships and channel visibility never change back, so a scope once known
-# stays known.
-_KNOWN_FROM = """
-FROM scopes s
-LEFT JOIN scope_channel_profiles p ON p.scope_id = s.id
-LEFT JOIN scope_channel_profiles pp ON pp.scope_id = s.parent_scope_id
-"""
-_KNOWN_WHERE = """
-s.workspace_id = %(workspace_id)s AND (
-    coalesce(p.visibility, pp.visibility) = 'public'
-    OR EXISTS (SELECT 1 FROM scope_memberships k
-               WHERE k.member_id = %(member_id)s AND k.scope_id IN (s.id, s.parent_scope_id))
-    OR EXISTS (SELECT 1 FROM scope_message_sources c
-               WHERE c.context_member_id = %(member_id)s
-                 AND c.source_scope_id IN (s.id, s.parent_scope_id)))
-"""
-_KNOWN_COLUMNS = f"{SCOPE_COLUMNS}, coalesce(p.visibility, pp.visibility) = 'public'"
-SELECT_KNOWN_SCOPE = f"""
-SELECT {_KNOWN_COLUMNS} {_KNOWN_FROM}
-WHERE s.id = %(scope_id)s AND {_KNOWN_WHERE}
-"""
-SELECT_KNOWN_CHANNEL = f"""
-SELECT {_KNOWN_COLUMNS} {_KNOWN_FROM}
-WHERE p.workspace_id = %(workspace_id)s AND p.slug = %(slug)s AND {_KNOWN_WHERE}
-"""
-SELECT_KNOWN_MESSAGE_SCOPE = f"""
-SELECT {_KNOWN_COLUMNS} {_KNOWN_FROM}
-JOIN scope_messages m ON m.scope_id = s.id
-WHERE m.id = %(message_id)s AND {_KNOWN_WHERE}
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class KnownScope:
-    info: ScopeInfo
-    shared: bool  # a public channel or a thread of one: known to the whole workspace
-
-
-async def _known(conn: TrioConnection, statement: str, keys: dict[str, str]) -> KnownScope | None:
-    with map_errors():
-        cur = await conn.execute(statement, keys)
-        row = await cur.fetchone()
-    return KnownScope(_scope_from_row(row), bool(row[-1])) if row else None
-
-
-async def known_scope(conn: TrioConnection, scope_id: str, member: Member) -> KnownScope | None:
-    """The scope, if it exists for ``member``; None for a missing one and an unknown one alike."""
-    keys = {"scope_id": scope_id, "workspace_id": member.workspace_id, "member_id": member.id}
-    return await _known(conn, SELECT_KNOWN_SCOPE, keys)
-
-
-async def known_channel(conn: TrioConnection, slug: str, member: Member) -> KnownScope | None:
-    """The channel ``#slug`` of the member's workspace, if it exists for ``member``."""
-    keys = {"slug": slug, "workspace_id": member.workspace_id, "member_id": member.id}
-    return await _known(conn, SELECT_KNOWN_CHANNEL, keys)
-
-
-async def known_message_scope(
-    conn: TrioConnection, message_id: str, member: Member
-) -> KnownScope | None:
-    """The scope of a message, if the scope exists for ``member`` (whether the
-    member may read the message is the readable predicate's question)."""
-    keys = {"message_id": message_id, "workspace_id": member.workspace_id, "member_id": member.id}
-    return await _known(conn, SELECT_KNOWN_MESSAGE_SCOPE, keys)

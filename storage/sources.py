@@ -16,7 +16,7 @@ from typing import Any
 
 from actors.model import Member, ScopeInfo, ScopeType
 from actors.sources import VIEW_KIND
-from storage import scopes
+from storage import access, scopes
 from storage.errors import map_errors
 from storage.pg import TrioConnection
 from storage.visibility import READABLE_JOIN, Viewer
@@ -51,10 +51,10 @@ def pending(kind: str) -> dict[str, Any]:
 
 
 async def any_viewer(conn: TrioConnection, info: ScopeInfo, member: Member) -> Viewer | None:
-    """The member's predicate parameters in a scope: ``scopes.viewer_for``, and for
+    """The member's predicate parameters in a scope: ``access.viewer_for``, and for
     a private agent with no membership there still a Viewer, so its context rows
     count (the predicate reads nothing else for it)."""
-    viewer = await scopes.viewer_for(conn, info, member)
+    viewer = await access.viewer_for(conn, info, member)
     if viewer is None and member.is_private_agent:
         grant_scopes = (info.id,) + ((info.parent_scope_id,) if info.parent_scope_id else ())
         viewer = Viewer(member, False, grant_scopes, info.type is ScopeType.THREAD)

@@ -18,7 +18,7 @@ from actors.ports import (
     RosterChange,
 )
 from actors.scope_state import RECENT_TAIL
-from storage import applier, messages, mutations, reactions, scopes
+from storage import applier, messages, mutations, reactions, scopes, snapshots
 from storage.group_commit import GroupCommitter
 from storage.pg import TrioConnection
 from storage.pool import Pool
@@ -31,12 +31,12 @@ class PgScopeStore:
 
     async def load_scope(self, scope_id: str) -> ScopeSnapshot:
         async with self._pool.connection() as conn:
-            return await scopes.load_snapshot(conn, scope_id, recent=RECENT_TAIL)
+            return await snapshots.load_snapshot(conn, scope_id, recent=RECENT_TAIL)
 
     @asynccontextmanager
     async def locked(self, scope_id: str) -> AsyncIterator[LockedScope]:
         async with self._pool.connection() as conn, conn.transaction():
-            await scopes.lock_for_send(conn, scope_id)
+            await snapshots.lock_for_send(conn, scope_id)
             yield PgLockedScope(conn, scope_id)
 
     async def roster_generation(self, scope_id: str) -> int:
@@ -115,7 +115,7 @@ class PgLockedScope:
         self._scope_id = scope_id
 
     async def load_scope(self) -> ScopeSnapshot:
-        return await scopes.read_snapshot(self._conn, self._scope_id, recent=RECENT_TAIL)
+        return await snapshots.read_snapshot(self._conn, self._scope_id, recent=RECENT_TAIL)
 
     async def find_idempotent(
         self, author_id: str, client_message_id: str

@@ -30,7 +30,7 @@ from actors.scope_state import SendCommand
 from node.database import autocommit
 from protocol.errors import OperationError
 from protocol.frames import SendResult
-from storage import directory, grants, messages, scopes
+from storage import access, directory, grants, messages, scopes
 from storage.pg import TrioConnection
 from storage.pool import Pool, open_pool
 from storage.store import PgScopeStore
@@ -99,7 +99,7 @@ async def sql_readers(
     assert info is not None
     out = set()
     for member in cast:
-        viewer = await scopes.viewer_for(conn, info, member)
+        viewer = await access.viewer_for(conn, info, member)
         if viewer is not None and await messages.readable_message(
             conn, scope_id, message_id, viewer
         ):

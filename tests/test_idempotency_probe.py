@@ -17,7 +17,7 @@ from psycopg.generators import execute as execute_gen
 from actors.model import Member, MemberType
 from actors.planner import MessagePlan
 from actors.scope_state import Append, ScopeState, SendCommand
-from storage import applier, directory, messages, scopes
+from storage import applier, directory, messages, scopes, snapshots
 from storage.pg import Prepared, TrioConnection, connect
 
 HISTORY = 3000
@@ -50,7 +50,7 @@ async def busy_scope(conn: TrioConnection) -> tuple[Member, str, str]:
 
 
 async def plan_for(conn: TrioConnection, author: Member, scope_id: str, key: str) -> MessagePlan:
-    state = ScopeState(await scopes.load_snapshot(conn, scope_id, recent=16))
+    state = ScopeState(await snapshots.load_snapshot(conn, scope_id, recent=16))
     decision = state.decide(
         SendCommand(author, "hello", key, reply=lambda _: None), datetime.now(UTC)
     )

@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 
 from actors.model import Member, Membership, MemberType, PrivateGrant
 from actors.visibility import Readable, VisibilityContext, readable, readers
-from storage import messages, scopes
+from storage import messages, snapshots
 from storage.directory import member_from_row
 from storage.visibility import READABLE_JOIN, Viewer
 
@@ -346,12 +346,12 @@ def load_twin_context(conn: psycopg.Connection[Any], world: Simulated) -> Visibi
     """The context a scope actor builds, read with the loader's own queries."""
     intervals: dict[str, tuple[Membership, ...]] = {}
     members: dict[str, Member] = {}
-    for r in conn.execute(scopes.SELECT_MEMBERSHIPS, (world.scope_id,)).fetchall():
+    for r in conn.execute(snapshots.SELECT_MEMBERSHIPS, (world.scope_id,)).fetchall():
         members[r[0]] = member_from_row(r[6:13])
         membership = Membership(r[0], r[1], r[2], r[3], r[4], r[5])
         intervals[r[0]] = (*intervals.get(r[0], ()), membership)
     grant_scopes = [world.scope_id, *([world.parent_id] if world.parent_id else [])]
-    rows = conn.execute(scopes.SELECT_GRANTS, (grant_scopes,)).fetchall()
+    rows = conn.execute(snapshots.SELECT_GRANTS, (grant_scopes,)).fetchall()
     # Newest first on purpose: the twin must not depend on the order it is given.
     grants = tuple(PrivateGrant(*r) for r in reversed(rows))
     by_id = {m.id: m for m in world.members}
@@ -360,7 +360,7 @@ def load_twin_context(conn: psycopg.Connection[Any], world: Simulated) -> Visibi
     parent_readers: set[str] = set()
     if world.parent_id is not None:
         # The thread actor's parent roster: current public members, no private agents.
-        for r in conn.execute(scopes.SELECT_PARENT_ROSTER, (world.parent_id,)).fetchall():
+        for r in conn.execute(snapshots.SELECT_PARENT_ROSTER, (world.parent_id,)).fetchall():
             parent_member = member_from_row(r[6:13])
             members.setdefault(parent_member.id, parent_member)
             if r[1] == "public" and not parent_member.is_private_agent:

@@ -9,13 +9,14 @@ instead of spending a round trip on the miss.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from actors.model import MemberType
 from node.ops.context import Context, member_of
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import Grant, RevokeGrant
-from storage import directory, grants, scopes
+from storage import access, directory, grants
 from storage.errors import ConstraintViolation
 
 CHECK_VIOLATION = "23514"
@@ -23,10 +24,11 @@ CHECK_VIOLATION = "23514"
 
 async def grant(ctx: Context, request: Grant) -> dict[str, Any]:
     member = member_of(ctx)
+    expires_at = _in_utc(request.expires_at)
     await ctx.services.resolver.scope(member, request.scope_id)
     async with ctx.services.pool.connection() as conn:
         grantee = await directory.get_member(conn, request.grantee_member_id)
-        rights = await scopes.read_rights(conn, request.scope_id, member.id)
+        rights = await access.read_rights(conn, request.scope_id, member.id)
         if grantee is None or grantee.workspace_id != member.workspace_id:
             raise OperationError(ErrorCode.NOT_FOUND, "no such member")
         if member.type is not MemberType.HUMAN or not rights.current_public:
@@ -40,7 +42,7 @@ async def grant(ctx: Context, request: Grant) -> dict[str, Any]:
                 scope_id=request.scope_id,
                 owner_id=member.id,
                 grantee_id=grantee.id,
-                expires_at=request.expires_at,
+                expires_at=expires_at,
             )
         except ConstraintViolation as exc:
             # The one check left (the grantee is not the owner, checked above):
@@ -61,6 +63,22 @@ async def revoke_grant(ctx: Context, request: RevokeGrant) -> dict[str, Any]:
         raise OperationError(ErrorCode.NOT_FOUND, "no such grant", path="$.grantId")
     _mark_stale(ctx, scope_id)
     return {}
+
+
+def _in_utc(expires_at: datetime | None) -> datetime | None:
+    """``expiresAt`` in UTC. A time outside the years 1 to 9999 there
+    (9999-12-31T23:59:59-14:00) would be stored, and then every load of the
+    scope, which reads its grants, would fail: it is refused."""
+    if expires_at is None:
+        return None
+    try:
+        return expires_at.astimezone(UTC)
+    except OverflowError:
+        raise OperationError(
+            ErrorCode.VALIDATION_FAILED,
+            "expiresAt is out of range (the years 1 to 9999 in UTC)",
+            path="$.expiresAt",
+        ) from None
 
 
 def _expired() -> OperationError:

@@ -23,8 +23,8 @@ from node.ops.context import Context, member_of
 from node.services import Services
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import CAPABILITY_FRESHNESS, Delete, Edit, Send, SendResult, SourceRef
+from storage import access, directory, messages, moderation
 from storage import attachments as storage_attachments
-from storage import directory, messages, moderation, scopes
 from storage.attachments import Attachment
 
 SendReply = Callable[[SendResult | OperationError], None]
@@ -162,10 +162,10 @@ async def check_sources(services: Services, member: Member, sources: Sequence[So
     async with services.pool.connection() as conn:
         for index, source in enumerate(sources):
             path = f"$.forward.sources[{index}].messageId"
-            found = await scopes.known_message_scope(conn, source.message_id, member)
+            found = await access.known_message_scope(conn, source.message_id, member)
             if found is None:
                 raise OperationError(ErrorCode.NOT_FOUND, "no such message", path=path)
-            viewer = await scopes.viewer_for(conn, found.info, member)
+            viewer = await access.viewer_for(conn, found.info, member)
             if (
                 viewer is None
                 or await messages.readable_message(conn, found.info.id, source.message_id, viewer)
@@ -262,10 +262,10 @@ async def readable_message_scope(services: Services, member: Member, message_id:
     mutation is no oracle.
     """
     async with services.pool.connection() as conn:
-        found = await scopes.known_message_scope(conn, message_id, member)
+        found = await access.known_message_scope(conn, message_id, member)
         if found is None:
             raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
-        viewer = await scopes.viewer_for(conn, found.info, member)
+        viewer = await access.viewer_for(conn, found.info, member)
         if (
             viewer is None
             or await messages.readable_message(conn, found.info.id, message_id, viewer) is None

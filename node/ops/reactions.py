@@ -22,7 +22,7 @@ from node.ops.context import REPLIED, Context, Replied, member_of
 from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import React, Reply
-from storage import scopes
+from storage import access
 
 HOMES_REMEMBERED = 50_000
 _homes: OrderedDict[str, str] = OrderedDict()  # message id → its scope id
@@ -42,7 +42,7 @@ async def known_home(ctx: Context, member: Member, message_id: str) -> str:
         _homes.move_to_end(message_id)
         return home
     async with ctx.services.pool.connection() as conn:
-        found = await scopes.known_message_scope(conn, message_id, member)
+        found = await access.known_message_scope(conn, message_id, member)
     if found is None:
         raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")
     resolver.remember(member, found)

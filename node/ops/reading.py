@@ -23,7 +23,7 @@ from protocol.frames import (
     ThreadSummary,
     to_builtins,
 )
-from storage import messages, reactions, read_state, scopes, sources
+from storage import access, messages, reactions, read_state, scopes, sources
 from storage.pg import TrioConnection
 from storage.visibility import Viewer
 
@@ -48,7 +48,7 @@ async def scope_viewer(
     member = member_of(ctx)
     info = await ctx.services.resolver.scope(member, scope_id, path)
     async with ctx.services.pool.connection() as conn:
-        viewer = await scopes.viewer_for(conn, info, member)
+        viewer = await access.viewer_for(conn, info, member)
         if viewer is None:
             # Explicit context opens single messages of this scope to a private agent.
             viewer = await sources.context_viewer(conn, info, member)
@@ -64,7 +64,7 @@ async def thread_root(ctx: Context, info: ScopeInfo) -> dict[str, Any] | None:
     member = member_of(ctx)
     async with ctx.services.pool.connection() as conn:
         parent = await scopes.get_scope(conn, info.parent_scope_id)
-        viewer = await scopes.viewer_for(conn, parent, member) if parent is not None else None
+        viewer = await access.viewer_for(conn, parent, member) if parent is not None else None
         if viewer is None:
             return None
         root = await messages.readable_message(
