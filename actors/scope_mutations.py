@@ -2,8 +2,9 @@
 
 An edit or a delete is ordered with the scope's sends (after the sends queued
 before it, since it may name one of them) but never takes the send fence: it
-keeps the message's seq and moves no ``latest_seq``. A stale revision or a
-tombstone answers ``conflict``; a refusal is checked again on the database's
+keeps the message's seq and moves no ``latest_seq``. An edit of a stale
+revision or of a tombstone answers ``conflict`` (a delete of a tombstone
+succeeds, changing nothing); a refusal is checked again on the database's
 roster, and a fence loss reloads and tries again.
 """
 
