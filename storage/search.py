@@ -768,6 +768,7 @@ def encode_cursor(fingerprint: str, sort: Sort, last: Hit) -> str:
 
 
 REAL_MAX = 3.4028234663852886e38  # the largest finite float4
+REAL_TINY = 1.401298464324817e-45  # the smallest positive float4: below it a real is 0
 
 
 def decode_cursor(cursor: str, fingerprint: str, sort: Sort) -> tuple[Any, ...]:
@@ -784,8 +785,9 @@ def decode_cursor(cursor: str, fingerprint: str, sort: Sort) -> tuple[Any, ...]:
             raise BadCursor("not a cursor")
         if sort == "relevance":
             rank = float(key[0])
-            # The statement compares it as a ``real``: a rank it cannot hold was not issued.
-            if not abs(rank) <= REAL_MAX:
+            # The statement compares it as a ``real``: a rank it cannot hold
+            # (too large, or so small it would round to 0) was not issued.
+            if rank != 0 and not REAL_TINY <= abs(rank) <= REAL_MAX:
                 raise BadCursor("not a cursor")
             return (rank, at, key[-1])
         return (at, key[-1])
