@@ -13,6 +13,7 @@ from node.limits import (
     MAX_SESSIONS_ENV,
     READ_BURST_ENV,
     READ_RATE_ENV,
+    READS_AT_ONCE_ENV,
     REQUEST_BURST_ENV,
     REQUEST_RATE_ENV,
     SEND_BURST_ENV,
@@ -133,6 +134,9 @@ class Settings:
     workspace_read_burst: int = field(
         default_factory=lambda: env_int(WORKSPACE_READ_BURST_ENV, 500)
     )
+    # A member's searches and history reads running at once on this node; the
+    # others wait their turn (not refused).
+    reads_at_once: int = field(default_factory=lambda: env_int(READS_AT_ONCE_ENV, 2))
     max_sessions_per_member: int = field(default_factory=lambda: env_int(MAX_SESSIONS_ENV, 32))
     # Attachment bytes (docs/design.md#attachments): content-addressed files
     # under this directory (None: <data_dir>/attachments; nodes of a cluster
@@ -167,14 +171,14 @@ class Settings:
             request=Rate(self.workspace_request_rate, self.workspace_request_burst),
             read=Rate(self.workspace_read_rate, self.workspace_read_burst),
         )
-        return Limiter(member, workspace)
+        return Limiter(member, workspace, self.reads_at_once)
 
     @staticmethod
     def database_url_from_env() -> str | None:
         return os.environ.get("DATABASE_URL") or None
 
 
-# The rate and burst fields above, by name.
+# The rate limit fields above, by name (the session cap aside).
 LIMIT_FIELDS = (
     "send_rate",
     "send_burst",
@@ -188,6 +192,7 @@ LIMIT_FIELDS = (
     "workspace_request_burst",
     "workspace_read_rate",
     "workspace_read_burst",
+    "reads_at_once",
 )
 
 

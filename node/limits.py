@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+import trio
+
 from actors.lru import Lru
 from protocol.errors import ErrorCode, OperationError
 
@@ -41,6 +43,7 @@ WORKSPACE_REQUEST_RATE_ENV = "SCOPENODE_WORKSPACE_REQUEST_RATE"
 WORKSPACE_REQUEST_BURST_ENV = "SCOPENODE_WORKSPACE_REQUEST_BURST"
 WORKSPACE_READ_RATE_ENV = "SCOPENODE_WORKSPACE_READ_RATE"
 WORKSPACE_READ_BURST_ENV = "SCOPENODE_WORKSPACE_READ_BURST"
+READS_AT_ONCE_ENV = "SCOPENODE_READS_AT_ONCE"
 MAX_SESSIONS_ENV = "SCOPENODE_MAX_SESSIONS_PER_MEMBER"
 
 # Bucket sets remembered: a member or workspace seen again after being
@@ -64,6 +67,7 @@ RAISED_LIMITS_ENV: dict[str, str] = dict.fromkeys(
         WORKSPACE_REQUEST_BURST_ENV,
         WORKSPACE_READ_RATE_ENV,
         WORKSPACE_READ_BURST_ENV,
+        READS_AT_ONCE_ENV,
         MAX_SESSIONS_ENV,
     ),
     "1000000",
@@ -167,15 +171,17 @@ class Rates:
 
 
 class Buckets:
-    """A member's or a workspace's three buckets, by kind of request (``_NAMES``)."""
+    """A member's or a workspace's three buckets, by kind of request (``_NAMES``),
+    and a member's reads in flight (see :meth:`Limiter.reading`)."""
 
-    __slots__ = ("by_kind",)
+    __slots__ = ("by_kind", "reading")
 
     def __init__(self, rates: Rates, now: float) -> None:
         send = TokenBucket(rates.send.per_s, rates.send.burst, now)
         request = TokenBucket(rates.request.per_s, rates.request.burst, now)
         read = TokenBucket(rates.read.per_s, rates.read.burst, now)
         self.by_kind: tuple[tuple[TokenBucket, ...], ...] = ((send,), (request,), (request, read))
+        self.reading: trio.Semaphore | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,20 +199,37 @@ class Refusal:
 class Limiter:
     """The node's buckets by member and by workspace (see the module doc)."""
 
-    __slots__ = ("_members", "_workspaces", "member_rates", "workspace_rates")
+    __slots__ = ("_members", "_workspaces", "member_rates", "reads_at_once", "workspace_rates")
 
-    def __init__(self, member: Rates, workspace: Rates) -> None:
+    def __init__(self, member: Rates, workspace: Rates, reads_at_once: int) -> None:
+        if reads_at_once < 1:
+            raise ValueError("a member needs at least one read at once")
         self.member_rates = member
         self.workspace_rates = workspace
+        self.reads_at_once = reads_at_once
         self._members: Lru[str, Buckets] = Lru("limit_members", MEMBERS_LIMITED)
         self._workspaces: Lru[str, Buckets] = Lru("limit_workspaces", WORKSPACES_LIMITED)
 
-    def admit(self, kind: Kind, member_id: str, workspace_id: str, now: float) -> Refusal | None:
-        """Take a token from each of the request's buckets, or from none and say why."""
+    def _member(self, member_id: str, now: float) -> Buckets:
         member = self._members.get(member_id)
         if member is None:
             member = Buckets(self.member_rates, now)
             self._members.put(member_id, member)
+        return member
+
+    def reading(self, member_id: str, now: float) -> trio.Semaphore:
+        """Held while one of the member's ``search`` or ``history`` requests runs:
+        ``reads_at_once`` of them at a time on this node, the others wait their
+        turn. However many sessions it holds, a member keeps no more of the
+        database busy than that."""
+        member = self._member(member_id, now)
+        if member.reading is None:
+            member.reading = trio.Semaphore(self.reads_at_once)
+        return member.reading
+
+    def admit(self, kind: Kind, member_id: str, workspace_id: str, now: float) -> Refusal | None:
+        """Take a token from each of the request's buckets, or from none and say why."""
+        member = self._member(member_id, now)
         workspace = self._workspaces.get(workspace_id)
         if workspace is None:
             workspace = Buckets(self.workspace_rates, now)

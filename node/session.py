@@ -325,7 +325,12 @@ class Session:
 
     async def _request(self, request: Any) -> None:
         try:
-            result = await ops.handle(self, request)
+            if isinstance(request, _READS):
+                now = trio.current_time()
+                async with self.services.limiter.reading(self.member_id, now):
+                    result = await ops.handle(self, request)
+            else:
+                result = await ops.handle(self, request)
         except Exception as exc:
             self._failed(request, exc)
         else:

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
+import trio.testing
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Message, Request, TextMessage
 
@@ -73,7 +74,7 @@ def _limiter(
         send, request, read = (Rate(values[i], int(values[i + 1])) for i in (0, 2, 4))
         return Rates(send=send, request=request, read=read)
 
-    return Limiter(rates(member), rates(workspace))
+    return Limiter(rates(member), rates(workspace), reads_at_once=2)
 
 
 def _admitted(limiter: Limiter, kind: Kind, member: str, count: int, now: float = 0.0) -> int:
@@ -148,6 +149,33 @@ def test_the_refusal_advertises_the_longest_wait() -> None:
     error = refusal.error()
     assert error.code == "rate_limited"
     assert error.details == {"retryAfterMs": 4000, "bucket": "send", "per": "workspace"}
+
+
+async def test_a_members_reads_run_two_at_a_time_whatever_its_sessions(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = _limiter()
+    running: list[str] = []
+    most: dict[str, int] = {"ann": 0, "bob": 0}
+    done: dict[str, float] = {}
+
+    async def read(member: str) -> None:
+        async with limiter.reading(member, trio.current_time()):
+            running.append(member)
+            most[member] = max(most[member], running.count(member))
+            await trio.sleep(1.0)
+            running.remove(member)
+        done[member] = trio.current_time()
+
+    started = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for _ in range(6):
+            nursery.start_soon(read, "ann")  # as from six sessions
+        nursery.start_soon(read, "bob")
+    # Nobody was refused: ann's reads took three turns of two, bob's did not wait.
+    assert most == {"ann": 2, "bob": 1}
+    assert (done["ann"] - started, done["bob"] - started) == (3.0, 1.0)
+    assert limiter.reading("ann", 0.0) is limiter.reading("ann", 0.0)
 
 
 def test_the_table_keeps_a_bounded_number_of_members_least_recent_out() -> None:
