@@ -32,7 +32,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from actors.lru import Lru
@@ -781,6 +781,9 @@ def decode_cursor(cursor: str, fingerprint: str, sort: Sort) -> tuple[Any, ...]:
         at = datetime.fromisoformat(str(key[-2]))
         if at.tzinfo is None or not isinstance(key[-1], str):
             raise BadCursor("not a cursor")
+        # Issued in UTC; another offset may be one PostgreSQL refuses (+23:59),
+        # and one that moves it past the year 9999 raises OverflowError.
+        at = at.astimezone(UTC)
         if text_problem(key[-1], TextKind.KEY) is not None:
             raise BadCursor("not a cursor")
         if sort == "relevance":

@@ -184,6 +184,7 @@ def timestamps() -> st.SearchStrategy[str]:
         "9999-12-31T23:59:59-14:00",
         "2020-02-29T12:00:00",
         "2000-01-01T00:00:00.000001+23:59",
+        "2000-01-01T00:00:00-23:59",
         _stamp(now - timedelta(seconds=1)),
         _stamp(now - timedelta(days=1)),
         _stamp(now - timedelta(days=3650)),
@@ -890,6 +891,22 @@ def test_a_rank_no_real_holds_is_not_a_cursor(rank: float) -> None:
 def test_a_rank_a_real_holds_is_a_cursor(rank: float) -> None:
     cursor, fingerprint = _relevance_cursor(rank)
     assert decode_cursor(cursor, fingerprint, "relevance")[0] == rank
+
+
+def _recent_cursor(at: str) -> str:
+    body = json.dumps({"f": "fingerprint", "k": [at, "msg_0"]}).encode()
+    return base64.urlsafe_b64encode(body).decode().rstrip("=")
+
+
+def test_a_cursor_time_is_read_in_utc() -> None:
+    """PostgreSQL refuses an offset past 15:59 (``internal`` when a cursor held
+    +23:59); one that moves the time past the year 9999 is not a cursor."""
+    at, _ = decode_cursor(_recent_cursor("2000-01-01T00:00:00+23:59"), "fingerprint", "recent")
+    assert at == datetime(1999, 12, 31, 0, 1, tzinfo=UTC)
+    assert at.utcoffset() == timedelta(0)
+    for far in ("9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"):
+        with pytest.raises(BadCursor):
+            decode_cursor(_recent_cursor(far), "fingerprint", "recent")
 
 
 async def test_a_grant_expiring_past_the_year_9999_in_utc_is_refused(
