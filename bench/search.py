@@ -6,7 +6,7 @@ frequencies, ``--cjk`` of the messages in Chinese) with the secondary indexes
 of the two tables dropped and created again after, starts a node in this
 process, and for four query classes (rare words, common words, phrases, CJK
 substrings) times ``search`` through the node next to the same index query
-without the readable predicate (``storage.search.build_query(raw=True)``)
+without the readable predicate (``storage.search_sql.build_query(raw=True)``)
 and that query kept to the viewer's scopes (``within``: what any visibility
 rule must at least filter), interleaved in the same run. Then it times sends through the node with the
 text indexes and without them, alternating (recreated before it exits).
@@ -41,8 +41,7 @@ from node import logs
 from node.app import serve_node
 from node.config import Settings, with_raised_limits
 from node.database import open_database
-from storage import directory
-from storage import search as index
+from storage import directory, search_sql
 from storage.pg import TrioConnection, connect
 
 BULK_TABLES = ("scope_messages", "scope_message_search_docs")
@@ -273,7 +272,7 @@ async def _queries(
     conn: TrioConnection, client: Any, corpus: dict[str, Any]
 ) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    filters = index.Filters(corpus["workspace"])
+    filters = search_sql.Filters(corpus["workspace"])
     for name, queries in corpus["classes"].items():
         node_t: list[float] = []
         raw_t: list[float] = []
@@ -302,9 +301,9 @@ async def _queries(
 
 
 async def _raw_query(
-    conn: TrioConnection, parsed: ParsedQuery, filters: index.Filters, within: list[str] | None
+    conn: TrioConnection, parsed: ParsedQuery, filters: search_sql.Filters, within: list[str] | None
 ) -> float:
-    statement, params = index.build_query(
+    statement, params = search_sql.build_query(
         parsed, filters, {}, sort="recent", limit=20, after=None, raw=True, within=within
     )
     t = time.perf_counter()

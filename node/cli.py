@@ -33,8 +33,7 @@ from node import logs
 from node.config import MAX_ATTACHMENT_BYTES, Settings, load_moderation
 from node.database import open_database, verify
 from node.listen import address_in_use, listen_problem
-from storage import directory, scopes
-from storage import search as search_index
+from storage import directory, scopes, search_index
 from storage.errors import (
     DatabaseUnavailable,
     EmbeddedPostgresError,

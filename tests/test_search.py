@@ -30,6 +30,7 @@ from actors.model import Member, MemberType
 from actors.search_query import TermKind, highlights, matches, parse
 from node.client import Client, ClientError
 from storage import search as index
+from storage import search_index, search_sql, search_terms
 from storage.pg import connect
 from storage.visibility import Viewer
 from tests.nodes import Person, World, make_channel, running_node
@@ -102,7 +103,7 @@ def test_highlights_are_character_offsets() -> None:
 def test_term_stats_sum_every_tracked_word_with_the_prefix(
     freqs: dict[str, float], prefix: str
 ) -> None:
-    stats = index.TermStats(freqs, 1e-4, 0.0)
+    stats = search_terms.TermStats(freqs, 1e-4, 0.0)
     found = sum(f for word, f in freqs.items() if word.startswith(prefix))
     expected = min(1.0, found) if found else 1e-4 / 2
     assert stats.word(prefix) == pytest.approx(expected, rel=1e-9, abs=1e-12)
@@ -130,15 +131,15 @@ async def test_the_cjk_pairs_of_python_and_the_index_agree(database_url: str) ->
             cur = await conn.execute("SELECT scopenode_cjk_bigrams(%s)", (text,))
             row = await cur.fetchone()
             assert row is not None
-            assert sorted(row[0]) == index.cjk_bigrams(text), text
+            assert sorted(row[0]) == search_terms.cjk_bigrams(text), text
 
 
 async def test_a_cjk_pair_is_found_through_the_partial_index_of_pairs(database_url: str) -> None:
     """The index of CJK pairs holds only documents with CJK characters; the
     term's condition states that predicate, so the index still serves it."""
     parsed = parse("发布")
-    statement, params = index.build_query(
-        parsed, index.Filters("ws_none"), {}, sort="recent", limit=20, after=None, raw=True
+    statement, params = search_sql.build_query(
+        parsed, search_sql.Filters("ws_none"), {}, sort="recent", limit=20, after=None, raw=True
     )
     async with await connect(database_url) as conn:
         # Left only the scan of the whole table (made dear) or the partial
@@ -156,7 +157,7 @@ async def test_a_cjk_pair_is_found_through_the_partial_index_of_pairs(database_u
         predicate = (await cur.fetchone() or [None])[0]
     assert "scope_message_search_docs_cjk_idx" in plan, plan
     assert predicate is not None
-    assert index.CJK_CHARACTER in str(predicate)
+    assert search_terms.CJK_CHARACTER in str(predicate)
 
 
 async def test_the_symbols_of_python_and_the_index_agree(database_url: str) -> None:
@@ -169,13 +170,13 @@ async def test_the_symbols_of_python_and_the_index_agree(database_url: str) -> N
             cur = await conn.execute("SELECT scopenode_symbols(%s)", (text,))
             row = await cur.fetchone()
             assert row is not None
-            assert sorted(row[0]) == index.symbols(text), text
+            assert sorted(row[0]) == search_terms.symbols(text), text
 
 
 async def test_an_emoji_is_found_through_the_partial_index_of_symbols(database_url: str) -> None:
     parsed = parse("🚀")
-    statement, params = index.build_query(
-        parsed, index.Filters("ws_none"), {}, sort="recent", limit=20, after=None, raw=True
+    statement, params = search_sql.build_query(
+        parsed, search_sql.Filters("ws_none"), {}, sort="recent", limit=20, after=None, raw=True
     )
     async with await connect(database_url) as conn:
         await conn.execute("DROP INDEX scope_message_search_docs_recent_idx")
@@ -203,9 +204,9 @@ async def test_the_raw_query_kept_to_scopes_finds_only_their_documents(database_
             )
         found = {}
         for within in (None, ["scp_a", "scp_c"], []):
-            statement, params = index.build_query(
+            statement, params = search_sql.build_query(
                 parsed,
-                index.Filters("ws_within"),
+                search_sql.Filters("ws_within"),
                 {},
                 sort="recent",
                 limit=20,
@@ -242,7 +243,7 @@ async def test_the_strategy_choice_of_python_and_the_statement_agree(database_ur
                         statement = (
                             "WITH rights AS (SELECT 'scp'::text AS scope_id,"
                             " %(viewer_docs)s::float8 AS docs),"
-                            + index._PLAN.format(limit=21, unknown=index.UNKNOWN_FREQ)
+                            + search_sql._PLAN.format(limit=21, unknown=search_terms.UNKNOWN_FREQ)
                             + " SELECT how FROM plan"
                         )
                         params = {
@@ -254,9 +255,9 @@ async def test_the_strategy_choice_of_python_and_the_statement_agree(database_ur
                         cur = await conn.execute(statement, params)
                         found = await cur.fetchone()
                         assert found is not None
-                        expected = index.pick(
-                            index.Sizes(viewer_docs, total),
-                            index.Estimate(freq, indexable),
+                        expected = search_sql.pick(
+                            search_sql.Sizes(viewer_docs, total),
+                            search_terms.Estimate(freq, indexable),
                             walkable=walkable,
                             limit=20,
                         )
@@ -406,7 +407,7 @@ async def _play(database_url: str, data_dir: Path, world_steps: list[Step]) -> N
 
 REACHED: Counter[str] = Counter()
 
-_EVERY_STRATEGY: list[tuple[index.Strategy, index.Sort]] = [
+_EVERY_STRATEGY: list[tuple[search_sql.Strategy, search_sql.Sort]] = [
     ("walk", "recent"),
     ("terms", "recent"),
     ("scopes", "recent"),
@@ -418,14 +419,14 @@ _EVERY_STRATEGY: list[tuple[index.Strategy, index.Sort]] = [
 async def _stored_hits(
     database_url: str,
     member: Member,
-    strategy: index.Strategy,
-    sort: index.Sort,
+    strategy: search_sql.Strategy,
+    sort: search_sql.Sort,
     *,
     scope_id: str | None = None,
 ) -> set[str]:
     """Every hit of "alpha" for ``member`` through one forced strategy."""
     viewer = Viewer(member, public_reader=False, grant_scopes=()).params()
-    filters = index.Filters(member.workspace_id, scope_id)
+    filters = search_sql.Filters(member.workspace_id, scope_id)
     found: set[str] = set()
     cursor = None
     async with await connect(database_url, autocommit=True) as conn:
@@ -567,7 +568,7 @@ async def _import_beside_the_send_path(database_url: str, workspace_id: str, aut
     """COPY messages straight into scope_messages, as a restore would, without
     the projection; the importer marks the workspace building first."""
     async with await connect(database_url, autocommit=True) as conn:
-        await index.mark_building(conn, workspace_id)
+        await search_index.mark_building(conn, workspace_id)
         cur = await conn.execute(
             "SELECT s.id FROM scopes s JOIN scope_channel_profiles p ON p.scope_id = s.id"
             " WHERE p.workspace_id = %s AND p.slug = 'bulk'",
@@ -622,8 +623,8 @@ async def test_rebuild_makes_an_import_searchable_and_never_downgrades(
             assert failed.value.code == "search_unavailable"
             assert failed.value.frame.get("retryable") is True
             async with await connect(database_url, autocommit=True) as conn:
-                assert (await index.status(conn, world.workspace_id)).state == "building"
-                done = await index.rebuild(conn, world.workspace_id)
+                assert (await search_index.status(conn, world.workspace_id)).state == "building"
+                done = await search_index.rebuild(conn, world.workspace_id)
             assert done.view() == {"state": "read_ready", "indexed": IMPORTED, "messages": IMPORTED}
             expected = IMPORTED // 1000
             assert len(await hits_of(a, "needle", limit=50)) == expected
@@ -641,7 +642,7 @@ async def test_rebuild_makes_an_import_searchable_and_never_downgrades(
                 cancel = trio.CancelScope()
                 nursery.start_soon(keep_searching, cancel)
                 async with await connect(database_url, autocommit=True) as conn:
-                    again = await index.rebuild(conn, world.workspace_id)
+                    again = await search_index.rebuild(conn, world.workspace_id)
                 cancel.cancel()
             assert again.state == "read_ready"
             assert counts

@@ -11,7 +11,7 @@ import ast
 import re
 from pathlib import Path
 
-from storage import applier, reactions, relay, search
+from storage import applier, reactions, relay, search_sql
 from storage.visibility import READABLE_JOIN, ViewerTerms, readable_join
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,12 +88,12 @@ def test_every_predicate_is_the_builders_text() -> None:
         viewer_private="q.viewer_private",
         owner_id="q.owner_id",
     )
-    assert readable_join(per_row) in search.READABLE_PER_ROW
+    assert readable_join(per_row) in search_sql.READABLE_PER_ROW
     assert readable_join(ViewerTerms.columns_of("c")) in relay.READERS_IN_RANGE
     assert readable_join(ViewerTerms.columns_of("c")) in relay.READERS_OF_MESSAGE
     assert READABLE_JOIN in reactions.REACT_ADD
     assert READABLE_JOIN in reactions.REACT_REMOVE
     assert readable_join(per_reactor) in reactions.REACT_GROUP
     # No statement is left with a viewer input it does not bind.
-    for statement in (relay.READERS_IN_RANGE, search.READABLE_PER_ROW, reactions.REACT_GROUP):
+    for statement in (relay.READERS_IN_RANGE, search_sql.READABLE_PER_ROW, reactions.REACT_GROUP):
         assert "%(viewer_public)s" not in statement

@@ -11,6 +11,8 @@ from node.views import stored_message_view
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import Search
 from storage import search as index
+from storage import search_index
+from storage.search_sql import Filters
 from storage.visibility import Viewer
 
 
@@ -24,7 +26,7 @@ async def search(ctx: Context, request: Search) -> dict[str, Any]:
         parsed = parse(request.query)
     except QueryError as exc:
         raise OperationError(ErrorCode.VALIDATION_FAILED, str(exc), path="$.query") from None
-    filters = index.Filters(member.workspace_id, request.scope_id, request.author_id)
+    filters = Filters(member.workspace_id, request.scope_id, request.author_id)
     # The per-scope rights are evaluated per row by the statement itself.
     viewer = Viewer(member, public_reader=False, grant_scopes=()).params()
     async with ctx.services.pool.connection() as conn:
@@ -43,7 +45,7 @@ async def search(ctx: Context, request: Search) -> dict[str, Any]:
             raise OperationError(ErrorCode.VALIDATION_FAILED, str(exc), path="$.cursor") from None
         # The statement finds nothing in a workspace being built: only an empty
         # page pays the readiness lookup.
-        if not results.hits and not await index.is_ready(conn, member.workspace_id):
+        if not results.hits and not await search_index.is_ready(conn, member.workspace_id):
             raise OperationError(
                 ErrorCode.SEARCH_UNAVAILABLE, "the search index of this workspace is being built"
             )
