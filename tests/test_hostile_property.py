@@ -10,6 +10,9 @@ of the largest allowed length, timestamps far in the past and the future,
 ids of every kind that exist nowhere or belong to another workspace or to a
 scope the caller cannot read, and search cursors carrying the right
 fingerprint around forged keys (ranks of 1e308, years 1 and 9999, huge ints).
+Most frames carry one hostile field among plausible ones (ids the session
+may use, plain words, values in range), so that the hostile value gets past
+the decoder and the handler's first checks; some are hostile throughout.
 
 One node process (its log written to a file) serves every example over
 three sessions of one workspace: a human, an agent daemon and the human's
@@ -17,7 +20,8 @@ private agent. ``hello`` is driven on fresh connections (its ``resume``
 reaches the resume path). Every request must be answered by its id with a
 ``reply`` or an ``error`` whose code is documented and not ``internal``;
 every ``hello`` with ``resume`` gets its ``resumed``; no session is closed;
-and the node logs no traceback and no failed request.
+and the node logs no traceback and no failed request, actor or scope load
+(each is a client's input meeting a failure it is not told about).
 """
 
 from __future__ import annotations
@@ -636,8 +640,9 @@ async def _cursors(client: Client) -> dict[str, tuple[str, list[Any]]]:
 
 
 class Frames(list[dict[str, Any]]):
-    """Generated frames: hypothesis prints every example's arguments, and these
-    run to hundreds of kilobytes (a failure shows the frames that failed)."""
+    """Generated frames, shown short: hypothesis renders an example's arguments
+    (and warns, an error here, past 30 kB), and these run to hundreds of
+    kilobytes. The assertions show the frames that failed."""
 
     def __repr__(self) -> str:
         return f"<{len(self)} frames: {', '.join(str(f.get('type')) for f in self)}>"
