@@ -63,6 +63,7 @@ WARMUP_MAX_S = 60.0
 # --flood: what the flooder's sessions ask, in turn.
 FLOODS = {"both": ("send", "search"), "sends": ("send",), "searches": ("search",)}
 REQUEST_TIMEOUT_S = 30.0
+HEARTBEAT_S = 10.0
 # Words of the flooder's messages and searches: each search finds a share of them.
 WORDS = tuple(f"{a}{b}" for a in ("ka", "lo", "mi", "su", "te") for b in ("ra", "no", "vi", "zu"))
 
@@ -170,11 +171,13 @@ async def flood(
 ) -> None:
     """Ask ``op`` again and again until cancelled, requests timed on the monotonic
     clock; a polite flooder sleeps no further than ``end``."""
-    while True:
+    while session.closed is None:  # a closed one is counted at the end
         asked = time.monotonic()
         t0 = time.perf_counter_ns()
         try:
             await session.request(op, timeout=None, **fields())
+        except SessionClosed:
+            return
         except RequestError as e:
             if e.code != "rate_limited":
                 tally.errors[e.code] += 1
@@ -351,6 +354,7 @@ class Cast:
     flood_target: str
     node: NodeUnderTest
     send_ids: Iterator[int] = field(default_factory=itertools.count)
+    flooders_open: int = 0  # at the end
 
 
 async def open_cast(stack: AsyncExitStack, args: argparse.Namespace) -> Cast:
@@ -422,6 +426,17 @@ async def run_phase(cast: Cast, name: str, rnd: int, args: argparse.Namespace) -
     return phase
 
 
+async def keep_alive(sessions: Sequence[Session]) -> None:
+    """Ping the flooder's sessions through the quiet phases (the node closes a
+    session it hears nothing from for three heartbeats)."""
+    while True:
+        await trio.sleep(HEARTBEAT_S)
+        for session in sessions:
+            if session.closed is None:
+                with trio.move_on_after(HEARTBEAT_S):
+                    await session.ping()
+
+
 async def _until_refused(tallies: Sequence[Tally], least_s: float, scope: trio.CancelScope) -> None:
     """End the warm-up flood once every kind of request was refused."""
     await trio.sleep(least_s)
@@ -441,11 +456,14 @@ async def run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
                 pair = [("quiet", r), ("flood", r)]
                 plan += pair if r % 2 == 0 else pair[::-1]
             progress.phase("phases", len(plan))
-            async with cast.neighbour.running():
+            async with cast.neighbour.running(), trio.open_nursery() as nursery:
+                nursery.start_soon(keep_alive, cast.flooders)
                 for done, (name, rnd) in enumerate(plan, 1):
                     await run_phase(cast, name, rnd, args)
                     progress.update(done)
+                nursery.cancel_scope.cancel()
             progress.close()
+            cast.flooders_open = sum(s.closed is None for s in cast.flooders)
             started_here = cast.node.started_here
     return summarise(cast, limits, args, started_here)
 
@@ -593,6 +611,10 @@ def summarise(
         },
         "flooder": {
             "sessions": args.sessions,
+            "sessions_open": {
+                "ok": cast.flooders_open == args.sessions,
+                "at_end": cast.flooders_open,
+            },
             "mode": args.flooder,
             "sends": sends,
             "searches": searches,
@@ -639,7 +661,10 @@ def _fmt_spread(spread: dict[str, float | None]) -> str:
 
 
 def failed(report: dict[str, Any]) -> list[str]:
-    checks = {"neighbour.never_refused": report["neighbour"]["never_refused"]["ok"]}
+    checks = {
+        "neighbour.never_refused": report["neighbour"]["never_refused"]["ok"],
+        "flooder.sessions_open": report["flooder"]["sessions_open"]["ok"],
+    }
     for kind in ("sends", "searches"):
         figures = report["flooder"][kind]
         if figures is not None:

@@ -48,6 +48,7 @@ def test_quick_noisy_neighbour_holds_the_flooder_to_the_default_limits(tmp_path:
     spread = neighbour["rounds_p99_ratio"]
     assert spread["min"] <= spread["median"] <= spread["max"]
     flooder = report["flooder"]
+    assert flooder["sessions_open"] == {"ok": True, "at_end": 4}
     for kind, rate in (("sends", "send_rate"), ("searches", "read_rate")):
         figures = flooder[kind]
         assert figures["within_bucket"]["ok"], figures
