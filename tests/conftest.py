@@ -35,12 +35,8 @@ import pytest
 from psycopg import sql
 
 from node.limits import RAISED_LIMITS_ENV
-from storage.embedded import (
-    PRIVATE_CLUSTER_ROOT,
-    EmbeddedPostgres,
-    recorded_data_dir,
-    remove_orphaned_clusters,
-)
+from storage.embedded import EmbeddedPostgres
+from storage.embedded_host import PRIVATE_CLUSTER_ROOT, recorded_data_dir, remove_orphaned_clusters
 from storage.pg import dsn_for_database
 from tests.clusters import live_postmaster, pid_alive, processes_in
 

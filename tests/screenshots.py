@@ -24,7 +24,8 @@ import trio
 from psycopg import sql
 
 from storage import schema
-from storage.embedded import EmbeddedPostgres, remove_orphaned_clusters
+from storage.embedded import EmbeddedPostgres
+from storage.embedded_host import remove_orphaned_clusters
 from storage.pg import dsn_for_database
 from tests.nodes import RunningNode, running_node
 from tests.test_browser import (

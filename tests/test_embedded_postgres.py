@@ -34,16 +34,9 @@ from psycopg import sql
 
 from bench.nodeproc import free_port, stop_process, wait_healthy
 from node.client import open_client
-from storage.embedded import (
-    PRIVATE_CLUSTER_ROOT,
-    WHEEL_PACKAGE,
-    EmbeddedPostgres,
-    EmbeddedPostgresError,
-    find_pg_bin_dir,
-    recorded_data_dir,
-    remove_orphaned_clusters,
-    wheel_bin_dir,
-)
+from storage.embedded import EmbeddedPostgres, EmbeddedPostgresError
+from storage.embedded_bin import WHEEL_PACKAGE, find_pg_bin_dir, wheel_bin_dir
+from storage.embedded_host import PRIVATE_CLUSTER_ROOT, recorded_data_dir, remove_orphaned_clusters
 from tests.clusters import (
     cluster_layout,
     live_postmaster,
