@@ -261,6 +261,23 @@ def test_inbound_never_buffers_a_declared_huge_frame() -> None:
         (client_frame(b"\x03\xe8\xff", OP_CLOSE), INVALID_DATA),
         (bytes([0x81, 0xFF]) + (1 << 63).to_bytes(8, "big") + KEY, PROTOCOL_ERROR),
     ],
+    # Named, not shown: the masking keys are random, and pytest-xdist needs
+    # every worker to collect the same test ids.
+    ids=[
+        "unmasked",
+        "rsv1",
+        "reserved-data-opcode",
+        "reserved-control-opcode",
+        "orphan-continuation",
+        "new-message-mid-fragments",
+        "fragmented-ping",
+        "long-ping",
+        "one-byte-close",
+        "invalid-utf8",
+        "invalid-utf8-across-fragments",
+        "invalid-utf8-close-reason",
+        "length-top-bit-set",
+    ],
 )
 def test_inbound_fails_rfc_violations_with_their_close_code(stream: bytes, code: int) -> None:
     parser = InboundFrames(max_message=1024)
