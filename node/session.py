@@ -62,6 +62,9 @@ HELD_LIVE_LIMIT = 10_000  # live events held back while a resume is being served
 _SUPPORTED_CAPABILITIES = (CAPABILITY_FRESHNESS, CAPABILITY_ACK)
 # The expensive reads: they take from the read buckets as well.
 _READS = (History, Search)
+# After a refusal the session is not read until the refused request's turn,
+# at most this long (pings wait too, well within the heartbeat).
+REFUSED_PAUSE_S = 1.0
 
 
 class SessionClosed(Exception):
@@ -81,6 +84,7 @@ class Session:
         "_last_received",
         "_muted",
         "_nursery",
+        "_refused_until",
         "_resuming",
         "_started",
         "capabilities",
@@ -141,6 +145,7 @@ class Session:
         self.close_code: int | None = None
         self.credential_id: int | None = None
         self._muted: set[str] | None = None  # scopes whose events this member lost
+        self._refused_until = 0.0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -211,6 +216,11 @@ class Session:
         while self.close_code is None:
             if data and not await self._handle_events(frames.feed(data)):
                 return
+            if self._refused_until:
+                # A client that asks again at once costs the node a refusal per
+                # pause, not one per round trip.
+                await trio.sleep_until(self._refused_until)
+                self._refused_until = 0.0
             try:
                 data = await self.stream.receive_some(65536)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -314,11 +324,11 @@ class Session:
         shared with the member's other sessions; else answer ``rate_limited``."""
         member = self.member
         assert member is not None
-        refusal = self.services.limiter.admit(
-            kind, member.id, member.workspace_id, trio.current_time()
-        )
+        now = trio.current_time()
+        refusal = self.services.limiter.admit(kind, member.id, member.workspace_id, now)
         if refusal is None:
             return True
+        self._refused_until = now + min(refusal.wait, REFUSED_PAUSE_S)
         exc = refusal.error()
         self._error(request_id, exc.code, exc.message, exc.details)
         return False

@@ -21,7 +21,7 @@ import trio.testing
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Message, Request, TextMessage
 
-from node.client import Client, ClientError, open_client
+from node.client import Client, open_client
 from node.limits import (
     MEMBERS_LIMITED,
     Kind,
@@ -255,8 +255,9 @@ def _send_frame(target: str, content: str) -> dict[str, Any]:
     }
 
 
-async def _wait_out(answers: list[dict[str, Any]]) -> None:
-    await trio.sleep(max(a["details"]["retryAfterMs"] for a in answers) / 1000 + 0.05)
+async def _wait_turn(answers: list[dict[str, Any]]) -> None:
+    """Until the first of the refused requests' turns."""
+    await trio.sleep(min(a["details"]["retryAfterMs"] for a in answers) / 1000 + 0.05)
 
 
 # ------------------------------------------------------------------ sends
@@ -265,7 +266,9 @@ async def _wait_out(answers: list[dict[str, Any]]) -> None:
 async def test_a_burst_over_the_send_bucket_is_refused_and_not_stored(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with running_node(database_url, tmp_path, send_rate=1.0, send_burst=5) as node:
+    # A token every 5 s: none comes back before the first turn, though a
+    # refused session is not read for up to a second after each refusal.
+    async with running_node(database_url, tmp_path, send_rate=0.2, send_burst=5) as node:
         world = await World.create(node)
         ann = await world.member("ann")
         async with world.client(ann) as client:
@@ -275,15 +278,15 @@ async def test_a_burst_over_the_send_bucket_is_refused_and_not_stored(
             accepted = [
                 f["content"] for f, a in zip(frames, answers, strict=True) if a["type"] == "reply"
             ]
-            limited = _limited(answers)
+            limited = _limited(answers, token_ms=5000)
             assert (len(accepted), len(limited)) == (5, 3), answers
             # Only the accepted sends were stored.
             page = await client.history("#burst", limit=50)
             assert sorted(m["content"] for m in page["messages"]) == sorted(accepted)
             # The session stayed open: other requests and pings still work now...
             await client.request("members", scopeId=scope_id)
-            # ...and after the advertised wait a send is accepted again.
-            await _wait_out(limited)
+            # ...and at the first turn a send is accepted again.
+            await _wait_turn(limited)
             reply = await client.send("#burst", "after the wait")
             assert reply["state"] == "sent"
             page = await client.history("#burst", limit=50)
@@ -297,9 +300,12 @@ async def test_a_burst_over_the_send_bucket_is_refused_and_not_stored(
 async def test_a_burst_over_the_request_bucket_is_refused_and_pings_are_free(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with running_node(database_url, tmp_path, request_rate=1.0, request_burst=6) as node:
+    # A token every 5 s: none comes back while this test runs, though a
+    # refused session is not read for up to a second after each refusal.
+    async with running_node(database_url, tmp_path, request_rate=0.2, request_burst=6) as node:
         world = await World.create(node)
         ann = await world.member("ann")
+        bob = await world.member("bob")
         async with world.client(ann) as client:
             await make_channel(client, "asks")  # one request token
             frames = [
@@ -307,26 +313,21 @@ async def test_a_burst_over_the_request_bucket_is_refused_and_pings_are_free(
                 for _ in range(8)
             ]
             answers = await _answers(client, frames)
-            limited = _limited(answers)
-            assert len(limited) == 3, answers
+            ghost = {"type": "createChannel", "id": next(_ids), "slug": "ghost", "name": "Ghost"}
+            answers.append(await client.request_frame(ghost))
+            limited = _limited(answers, token_ms=5000)
+            assert len(limited) == 4, answers
             assert len([a for a in answers if a.get("type") == "reply"]) == 5
+            assert answers[-1]["type"] == "error", answers[-1]
             # Pings are not counted; sends have their own bucket.
             pongs = await _answers(client, [{"type": "ping", "id": next(_ids)} for _ in range(20)])
             assert all(p["type"] == "pong" for p in pongs), pongs
             assert (await client.send("#asks", "sends are separate"))["state"] == "sent"
-            # A refused request is not executed: the channel it asked for does not exist.
-            refused = await client.request_frame(
-                {"type": "createChannel", "id": next(_ids), "slug": "ghost", "name": "Ghost"}
-            )
-            assert refused["type"] == "error", refused
-            assert refused["code"] == "rate_limited", refused
-            await _wait_out([refused])
-            await trio.sleep(1.0)  # two requests follow; the bucket refills one per second
-            with pytest.raises(ClientError) as missing:
-                await client.history("#ghost")
-            assert missing.value.code == "not_found"
-            page = await client.history("#asks", limit=10)
-            assert [m["content"] for m in page["messages"]] == ["sends are separate"]
+            # A refused request is not executed: there is no channel #ghost
+            # (bob asks, with buckets of his own).
+            async with world.client(bob) as other:
+                listed = await other.request("channels")
+            assert [c["slug"] for c in listed["channels"]] == ["asks"]
 
 
 # ------------------------------------------------------------------ shared by a member
@@ -388,6 +389,27 @@ async def test_searches_and_history_have_a_smaller_bucket_of_their_own(
             # ...while other requests and sends go on.
             await again.request("members", scopeId=scope_id)
             assert (await again.send("#reads", "reads are separate"))["state"] == "sent"
+
+
+async def test_a_refused_session_is_not_read_until_its_turn(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_node(database_url, tmp_path, send_rate=2.0, send_burst=1) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        async with world.client(ann) as client:
+            await make_channel(client, "pause")
+            assert (await client.send("#pause", "one"))["state"] == "sent"
+            refused = await client.request_frame(_send_frame("#pause", "two"))
+            refused_at = trio.current_time()
+            (turn,) = _limited([refused], token_ms=500)
+            # Asked again at once: the node reads it only at the turn, and then
+            # a token is there.
+            again = await client.request_frame(_send_frame("#pause", "two"))
+            assert again["type"] == "reply", again
+            waited = trio.current_time() - refused_at
+            assert waited >= turn["details"]["retryAfterMs"] / 1000 - 0.05, waited
+        assert node.services.metrics.errors["rate_limited"] == 1
 
 
 # ------------------------------------------------------------------ sessions per member
