@@ -269,9 +269,11 @@ REFUSED: dict[str, tuple[Callable[[Setup], tuple[Client, dict[str, Any]]], str, 
         "forbidden",
         "$.recipients[0]",
     ),
+    # A message in a private scope the sender never belonged to answers as a
+    # message that does not exist: the error must not confirm it.
     "forward_of_unreadable_message": (
         lambda s: (s.h, {"forward": forward(s.hidden_message_id)}),
-        "forbidden",
+        "not_found",
         "$.forward.sources[0].messageId",
     ),
     "forward_of_unknown_message": (
