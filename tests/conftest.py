@@ -3,7 +3,10 @@
 PostgreSQL: one real server per test session (``pg_server_dsn``), either the
 one named by ``SCOPENODE_TEST_DATABASE_URL`` or an embedded cluster started in
 a temporary directory; every test that needs a database gets a fresh, empty
-one (``empty_database_url``), dropped afterwards.
+one (``empty_database_url``) or a clone of the session's schema template
+(``database_url``), dropped afterwards. Under pytest-xdist (``pytest -n
+auto``) every worker is a session of its own: its own temporary directory,
+embedded server and template.
 
 As root, the embedded clusters of data dirs the server user cannot reach
 (pytest's 0700 temporary directories among them) live under
@@ -143,20 +146,28 @@ def _remove_cluster_outside(server: EmbeddedPostgres, keep_under: Path) -> None:
 
 # ---------------------------------------------------------------- schema and nodes
 
-_TEMPLATE = "scopenode_template"
-
 
 @pytest.fixture(scope="session")
-def schema_template(pg_server_dsn: str) -> str:
-    """A database with the schema applied, used as a template for per-test databases."""
+def schema_template(pg_server_dsn: str) -> Iterator[str]:
+    """A database with the schema applied, used as a template for per-test databases.
+
+    Its name is this session's own: sessions and xdist workers sharing the
+    server of ``SCOPENODE_TEST_DATABASE_URL`` never clone or drop each other's.
+    """
     from storage import schema
 
+    name = f"template_{uuid.uuid4().hex}"
     with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(_TEMPLATE)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(_TEMPLATE)))
-    with psycopg.connect(dsn_for_database(pg_server_dsn, _TEMPLATE)) as conn:
-        schema.migrate(conn)
-    return _TEMPLATE
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        with psycopg.connect(dsn_for_database(pg_server_dsn, name)) as conn:
+            schema.migrate(conn)
+        yield name
+    finally:
+        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 @pytest.fixture
