@@ -87,6 +87,7 @@ class Session:
         "_muted",
         "_nursery",
         "_refused_until",
+        "_replayed",
         "_resuming",
         "_started",
         "capabilities",
@@ -135,6 +136,10 @@ class Session:
         self._last_received = trio.current_time()
         self._resuming: dict[str, int] | None = None
         self._held_live: list[tuple[str, int, bytes]] = []
+        # Per resumed scope, the highest seq the replay sent: a live event the
+        # relay brings later (another node's message, caught up after a
+        # failover) at or below it was in the replay already.
+        self._replayed: dict[str, int] | None = None
         # Live wakes that arrive while pending ones are being replayed (None
         # otherwise): the replay goes first, so a daemon never takes a newer
         # wake before an older one and drops the older as already covered.
@@ -452,6 +457,7 @@ class Session:
             self._inflight.release()
         held, self._held_live = self._held_live, []
         self._resuming = None
+        self._replayed = dict(sent) or None
         for scope_id, seq, framed in held:
             if seq > sent.get(scope_id, -1):
                 self.outbound.push_frame(framed)
@@ -492,6 +498,10 @@ class Session:
         """Framed ``message`` events (seq, bytes) of one scope, sent as one write."""
         if self._muted is not None and scope_id in self._muted:
             return
+        if self._replayed is not None and (upto := self._replayed.get(scope_id)) is not None:
+            events = [event for event in events if event[0] > upto]
+            if not events:
+                return
         if self._resuming is not None and scope_id in self._resuming:
             self._held_live.extend((scope_id, seq, framed) for seq, framed in events)
             if len(self._held_live) > HELD_LIVE_LIMIT:
