@@ -65,8 +65,6 @@ _READS = (History, Search)
 # After a refusal the session is not read until the refused request's turn,
 # at most this long (pings wait too, well within the heartbeat).
 REFUSED_PAUSE_S = 1.0
-# How long a session waits, after its close frame went out, for the peer's.
-CLOSE_GRACE_S = 1.0
 
 
 class SessionClosed(Exception):
@@ -168,34 +166,15 @@ class Session:
                 self.close(CloseCode.NORMAL, "bye")
                 with trio.move_on_after(2):
                     await self._closed.wait()
-                    await self._drain()
                 nursery.cancel_scope.cancel()
 
     def _spawn_writer(self) -> None:
         self._nursery.start_soon(self.outbound.write_queued)
 
     def _outbound_done(self) -> None:
-        """The close frame went out, or the peer is gone: the session ends when
-        the peer has closed too, or after :data:`CLOSE_GRACE_S`."""
+        """The close frame went out, or the peer is gone: end the session."""
         self._closed.set()
-        self._cancel.deadline = min(self._cancel.deadline, trio.current_time() + CLOSE_GRACE_S)
-
-    async def _drain(self) -> None:
-        """Read and drop what the peer still sends until its close frame or EOF.
-
-        Closing the socket with its bytes unread makes the kernel reset the
-        connection, and a peer that was still sending may then lose our close
-        frame and see 1006 instead of the code we sent.
-        """
-        frames = self._frames
-        while not frames.closed:
-            try:
-                data = await self.stream.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            if not data:
-                return
-            frames.feed(data)  # the session is over: requests are not answered
+        self._cancel.cancel()
 
     def close(self, code: int, reason: str, *, discard: bool = False) -> None:
         if self.close_code is not None:

@@ -56,9 +56,9 @@ RSS_BOUND = 16 * 1024 * 1024  # node RSS growth allowed over the run (observed: 
 MAX_FRAME_BYTES = Settings().max_frame_bytes
 DOCUMENTED_CLOSE_CODES = frozenset(int(code) for code in CloseCode)
 # What the client library reports when the connection ended before it read a
-# close frame. The node waits for the peer's close before it drops the socket,
-# yet a batch pipelined behind a frame that closes the session still sees this
-# now and then; the node's health is checked after every batch regardless.
+# close frame: a batch pipelined behind a frame that closes the session sees
+# this now and then, as the node drops the socket once its close frame is out.
+# The next batch, on a new session, must still be answered in full.
 ABNORMAL_CLOSURE = 1006
 ANSWER_TYPES = frozenset({"reply", "error", "pong"})
 
