@@ -111,11 +111,11 @@ class Settings:
     # typing or a busy agent (docs/security.md, "Limits and revocation"); the
     # bench and the test suite raise them (node.limits.RAISED_LIMITS_ENV).
     send_rate: float = field(default_factory=lambda: env_float(SEND_RATE_ENV, 20.0))
-    send_burst: int = field(default_factory=lambda: env_int(SEND_BURST_ENV, 200))
+    send_burst: int = field(default_factory=lambda: env_int(SEND_BURST_ENV, 40))
     request_rate: float = field(default_factory=lambda: env_float(REQUEST_RATE_ENV, 50.0))
     request_burst: int = field(default_factory=lambda: env_int(REQUEST_BURST_ENV, 500))
     read_rate: float = field(default_factory=lambda: env_float(READ_RATE_ENV, 10.0))
-    read_burst: int = field(default_factory=lambda: env_int(READ_BURST_ENV, 100))
+    read_burst: int = field(default_factory=lambda: env_int(READ_BURST_ENV, 20))
     workspace_send_rate: float = field(
         default_factory=lambda: env_float(WORKSPACE_SEND_RATE_ENV, 200.0)
     )

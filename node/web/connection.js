@@ -121,7 +121,23 @@ export function retryNow() {
   connect();
 }
 
-export function request(type, fields = {}) {
+// A read or any other request the node refused with rate_limited is asked
+// again when the node says its turn comes (details.retryAfterMs), a few times
+// at most; sends have their own retry in outbox.js.
+const RATE_LIMITED_RETRIES = 5;
+
+export async function request(type, fields = {}) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await requestOnce(type, fields);
+    } catch (err) {
+      if (type === "send" || err?.code !== "rate_limited" || attempt >= RATE_LIMITED_RETRIES) throw err;
+      await new Promise((wake) => setTimeout(wake, err.details?.retryAfterMs ?? 1000));
+    }
+  }
+}
+
+function requestOnce(type, fields) {
   return new Promise((resolve, reject) => {
     const ws = state.ws;
     if (!ws || ws.readyState !== WebSocket.OPEN || !state.connected) {
