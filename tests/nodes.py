@@ -49,6 +49,15 @@ async def running_node(
             nursery.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def running_world(
+    database_url: str, data_dir: Path, **overrides: Any
+) -> AsyncIterator[World]:
+    """A node (``overrides``: its settings) with one workspace; the node is ``world.node``."""
+    async with running_node(database_url, data_dir, **overrides) as node:
+        yield await World.create(node)
+
+
 @dataclass
 class Person:
     member: Member
@@ -91,6 +100,10 @@ class World:
             )
             token = await directory.issue_token(conn, member.id)
         return Person(member, token)
+
+    async def members(self, *handles: str) -> list[Person]:
+        """Human members, one per handle, in order."""
+        return [await self.member(handle) for handle in handles]
 
     def client(self, person: Person, **kwargs: Any) -> Any:
         url = f"{self.node.url}?workspace={self.workspace_id}"

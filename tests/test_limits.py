@@ -21,7 +21,7 @@ import trio.testing
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Message, Request, TextMessage
 
-from node.client import Client, open_client
+from node.client import Client
 from node.limits import (
     MEMBERS_LIMITED,
     Kind,
@@ -31,7 +31,7 @@ from node.limits import (
     TokenBucket,
     retry_after_ms,
 )
-from tests.nodes import RunningNode, World, make_channel, running_node
+from tests.nodes import RunningNode, make_channel, running_world
 
 TIMEOUT = 10.0
 _ids = itertools.count(10_000)
@@ -268,8 +268,7 @@ async def test_a_burst_over_the_send_bucket_is_refused_and_not_stored(
 ) -> None:
     # A token every 5 s: none comes back before the first turn, though a
     # refused session is not read for up to a second after each refusal.
-    async with running_node(database_url, tmp_path, send_rate=0.2, send_burst=5) as node:
-        world = await World.create(node)
+    async with running_world(database_url, tmp_path, send_rate=0.2, send_burst=5) as world:
         ann = await world.member("ann")
         async with world.client(ann) as client:
             scope_id = await make_channel(client, "burst")
@@ -291,7 +290,7 @@ async def test_a_burst_over_the_send_bucket_is_refused_and_not_stored(
             assert reply["state"] == "sent"
             page = await client.history("#burst", limit=50)
             assert len(page["messages"]) == 6
-        assert node.services.metrics.errors["rate_limited"] == 3
+        assert world.node.services.metrics.errors["rate_limited"] == 3
 
 
 # ------------------------------------------------------------------ other requests
@@ -302,10 +301,8 @@ async def test_a_burst_over_the_request_bucket_is_refused_and_pings_are_free(
 ) -> None:
     # A token every 5 s: none comes back while this test runs, though a
     # refused session is not read for up to a second after each refusal.
-    async with running_node(database_url, tmp_path, request_rate=0.2, request_burst=6) as node:
-        world = await World.create(node)
-        ann = await world.member("ann")
-        bob = await world.member("bob")
+    async with running_world(database_url, tmp_path, request_rate=0.2, request_burst=6) as world:
+        ann, bob = await world.members("ann", "bob")
         async with world.client(ann) as client:
             await make_channel(client, "asks")  # one request token
             frames = [
@@ -336,10 +333,8 @@ async def test_a_burst_over_the_request_bucket_is_refused_and_pings_are_free(
 async def test_two_sessions_of_a_member_share_its_bucket_and_another_member_has_its_own(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with running_node(database_url, tmp_path, send_rate=0.1, send_burst=6) as node:
-        world = await World.create(node)
-        ann = await world.member("ann")
-        bob = await world.member("bob")
+    async with running_world(database_url, tmp_path, send_rate=0.1, send_burst=6) as world:
+        ann, bob = await world.members("ann", "bob")
         async with world.client(ann) as first, world.client(ann) as second:
             scope_id = await make_channel(first, "shared")
             frames = [_send_frame("#shared", f"a{i}") for i in range(8)]
@@ -365,8 +360,7 @@ async def test_two_sessions_of_a_member_share_its_bucket_and_another_member_has_
 async def test_searches_and_history_have_a_smaller_bucket_of_their_own(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with running_node(database_url, tmp_path, read_rate=0.1, read_burst=3) as node:
-        world = await World.create(node)
+    async with running_world(database_url, tmp_path, read_rate=0.1, read_burst=3) as world:
         ann = await world.member("ann")
         async with world.client(ann) as client, world.client(ann) as again:
             scope_id = await make_channel(client, "reads")
@@ -394,8 +388,7 @@ async def test_searches_and_history_have_a_smaller_bucket_of_their_own(
 async def test_a_refused_session_is_not_read_until_its_turn(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with running_node(database_url, tmp_path, send_rate=2.0, send_burst=1) as node:
-        world = await World.create(node)
+    async with running_world(database_url, tmp_path, send_rate=2.0, send_burst=1) as world:
         ann = await world.member("ann")
         async with world.client(ann) as client:
             await make_channel(client, "pause")
@@ -409,7 +402,7 @@ async def test_a_refused_session_is_not_read_until_its_turn(
             assert again["type"] == "reply", again
             waited = trio.current_time() - refused_at
             assert waited >= turn["details"]["retryAfterMs"] / 1000 - 0.05, waited
-        assert node.services.metrics.errors["rate_limited"] == 1
+        assert world.node.services.metrics.errors["rate_limited"] == 1
 
 
 # ------------------------------------------------------------------ sessions per member
@@ -445,12 +438,10 @@ async def _hello_frames(node: RunningNode, token: str) -> tuple[list[dict[str, A
 async def test_one_session_over_the_cap_gets_rate_limited_then_4429(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with running_node(database_url, tmp_path, max_sessions_per_member=2) as node:
-        world = await World.create(node)
-        ann = await world.member("ann")
-        bob = await world.member("bob")
+    async with running_world(database_url, tmp_path, max_sessions_per_member=2) as world:
+        ann, bob = await world.members("ann", "bob")
         async with world.client(ann) as first, world.client(ann):
-            frames, code = await _hello_frames(node, ann.token)
+            frames, code = await _hello_frames(world.node, ann.token)
             assert code == 4429
             assert frames == [
                 {
@@ -468,7 +459,7 @@ async def test_one_session_over_the_cap_gets_rate_limited_then_4429(
             await first.request("ping")
         # Once ann's sessions are gone she may connect again.
         with trio.fail_after(TIMEOUT):
-            while node.services.hub.sessions_of(ann.id):
+            while world.node.services.hub.sessions_of(ann.id):
                 await trio.sleep(0.02)
-        async with open_client(f"{node.url}?workspace={world.workspace_id}", ann.token) as again:
+        async with world.client(ann) as again:
             assert again.member_id == ann.id
