@@ -10,23 +10,17 @@ first (another node), and every decision is checked against the database.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import pytest
 import trio
 
-from actors.fence_backoff import FenceBackoff
+from actors.fence_backoff import SEND_DEADLINE, FenceBackoff
 from actors.model import IdempotencyRecord, Member, MemberType, ScopeSnapshot
-from actors.planner import MessagePlan, MutationPlan
-from actors.ports import (
-    CommittedMutation,
-    CommittedSend,
-    FenceLost,
-    LockedScope,
-    ReactionActivity,
-    ThreadActivity,
-)
+from actors.planner import MessagePlan
+from actors.ports import CommittedSend, FenceLost, LockedScope
 from actors.scope_actor import ScopeActor
 from actors.scope_state import SendCommand
 from node.database import autocommit
@@ -35,6 +29,7 @@ from protocol.frames import FreshnessIn, SendResult
 from storage import directory, scopes
 from storage.pool import Pool, open_pool
 from storage.store import PgScopeStore
+from tests.publishers import RecordingPublisher
 
 WAIT = 10.0
 
@@ -57,36 +52,6 @@ def test_the_first_retry_is_at_once_and_later_waits_double_up_to_the_cap() -> No
     assert len(set(waits)) == len(waits)  # jitter: no two losers wait alike
     with pytest.raises(ValueError, match="base"):
         FenceBackoff(base=0.0)
-
-
-class Published:
-    """The seqs an actor handed to its publisher (only ever committed ones)."""
-
-    def __init__(self) -> None:
-        self.seqs: list[int] = []
-
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        yield
-
-    def publish_messages(
-        self, scope_id: str, sends: Sequence[tuple[MessagePlan, CommittedSend]]
-    ) -> None:
-        self.seqs.extend(commit.seq for _, commit in sends)
-
-    def publish_membership(
-        self, scope_id: str, member_id: str, op: str, visibility: str, audience: frozenset[str]
-    ) -> None:
-        pass
-
-    def publish_thread(self, activity: ThreadActivity) -> None:
-        pass
-
-    def publish_mutation(self, plan: MutationPlan, commit: CommittedMutation) -> None:
-        pass
-
-    def publish_reaction(self, activity: ReactionActivity) -> None:
-        pass
 
 
 class LosingStore(PgScopeStore):
@@ -189,15 +154,6 @@ async def send(
     return await submit(actor, author, cmid, seen).wait()
 
 
-async def stored(pool: Pool, scope_id: str) -> list[tuple[int, str]]:
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT seq, client_message_id FROM scope_messages WHERE scope_id = %s ORDER BY seq",
-            (scope_id,),
-        )
-        return [(int(seq), str(cmid)) for seq, cmid in await cur.fetchall()]
-
-
 async def channel(pool: Pool, name: str) -> tuple[str, Member]:
     async with pool.connection() as conn:
         workspace_id = await directory.create_workspace(conn, name)
@@ -222,22 +178,61 @@ async def blocked_on_a_lock(pool: Pool) -> None:
             await trio.sleep(0.01)
 
 
+@dataclass
+class Scene:
+    """ann's channel, actor A on the losing store, and the nursery it runs in."""
+
+    pool: Pool
+    scope_id: str
+    ann: Member
+    store: LosingStore
+    published: RecordingPublisher
+    a: ScopeActor
+    nursery: trio.Nursery
+
+    async def other_node(self) -> ScopeActor:
+        """Actor B: the same scope on the plain store, as another node runs it."""
+        b = ScopeActor(self.scope_id, PgScopeStore(self.pool), RecordingPublisher())
+        await self.nursery.start(b.run)
+        return b
+
+    async def stored(self) -> list[tuple[int, str]]:
+        """(seq, client message id) of the scope's messages in the database."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT seq, client_message_id FROM scope_messages"
+                " WHERE scope_id = %s ORDER BY seq",
+                (self.scope_id,),
+            )
+            return [(int(seq), str(cmid)) for seq, cmid in await cur.fetchall()]
+
+
+@asynccontextmanager
+async def open_scene(
+    database_url: str, name: str, send_deadline: float = SEND_DEADLINE
+) -> AsyncIterator[Scene]:
+    """A fresh channel named ``name`` with actor A running on it."""
+    async with (
+        open_pool(database_url, size=4, configure=autocommit) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        scope_id, ann = await channel(pool, name)
+        store = LosingStore(pool)
+        published = RecordingPublisher()
+        a = ScopeActor(scope_id, store, published, send_deadline=send_deadline)
+        await nursery.start(a.run)
+        yield Scene(pool, scope_id, ann, store, published, a, nursery)
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_rival_that_always_commits_first_is_outwaited_under_the_lock(
     database_url: str,
 ) -> None:
     """Actor B (another node) commits before every one of A's optimistic
     commits: A loses twice, then decides and commits holding the lock."""
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        scope_id, ann = await channel(pool, "rival")
-        store = LosingStore(pool)
-        published = Published()
-        a = ScopeActor(scope_id, store, published)
-        b = ScopeActor(scope_id, PgScopeStore(pool), Published())
-        await nursery.start(a.run)
-        await nursery.start(b.run)
+    async with open_scene(database_url, "rival") as scene:
+        a, ann, store = scene.a, scene.ann, scene.store
+        b = await scene.other_node()
         rivals = iter(range(100))
 
         async def rival() -> None:
@@ -250,9 +245,8 @@ async def test_a_rival_that_always_commits_first_is_outwaited_under_the_lock(
         assert isinstance(result, SendResult), result
         assert (result.state, result.accepted_seq) == ("sent", 3)
         assert (a.fence_losses, store.optimistic, store.locked_commits) == (2, 2, 1)
-        assert await stored(pool, scope_id) == [(1, "b0"), (2, "b1"), (3, "a")]
-        assert published.seqs == [3]
-        nursery.cancel_scope.cancel()
+        assert await scene.stored() == [(1, "b0"), (2, "b1"), (3, "a")]
+        assert scene.published.seqs == [3]
 
 
 async def test_a_writer_waits_for_the_lock_then_loses_the_fence_and_retries(
@@ -260,64 +254,47 @@ async def test_a_writer_waits_for_the_lock_then_loses_the_fence_and_retries(
 ) -> None:
     """While A's locked attempt holds the scope, B's commit waits for it; when
     A commits, B's fence misses and B sends after A's message."""
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        scope_id, ann = await channel(pool, "waiting")
-        store = LosingStore(pool)
-        a = ScopeActor(scope_id, store, Published())
-        b = ScopeActor(scope_id, PgScopeStore(pool), Published())
-        await nursery.start(a.run)
-        await nursery.start(b.run)
+    async with open_scene(database_url, "waiting") as scene:
+        b = await scene.other_node()
         answers: list[Answer] = []
 
         async def rival_waits() -> None:
-            answers.append(submit(b, ann, "b"))
-            await blocked_on_a_lock(pool)
+            answers.append(submit(b, scene.ann, "b"))
+            await blocked_on_a_lock(scene.pool)
 
-        store.losses = 2  # then A's attempt holds the lock
-        store.before_locked_commit = rival_waits
-        result = await send(a, ann, "a")
+        scene.store.losses = 2  # then A's attempt holds the lock
+        scene.store.before_locked_commit = rival_waits
+        result = await send(scene.a, scene.ann, "a")
         assert isinstance(result, SendResult), result
         assert (result.state, result.accepted_seq) == ("sent", 1)
         after = await answers[0].wait()
         assert isinstance(after, SendResult), after
         assert (after.state, after.accepted_seq) == ("sent", 2)
-        assert (a.fence_losses, b.fence_losses) == (2, 1)
-        assert await stored(pool, scope_id) == [(1, "a"), (2, "b")]
-        nursery.cancel_scope.cancel()
+        assert (scene.a.fence_losses, b.fence_losses) == (2, 1)
+        assert await scene.stored() == [(1, "a"), (2, "b")]
 
 
 async def test_a_send_whose_deadline_passes_is_unavailable_and_the_actor_serves_on(
     database_url: str,
 ) -> None:
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        scope_id, ann = await channel(pool, "deadline")
-        store = LosingStore(pool)
-        published = Published()
-        actor = ScopeActor(scope_id, store, published, send_deadline=0.3)
-        await nursery.start(actor.run)
+    async with open_scene(database_url, "deadline", send_deadline=0.3) as scene:
+        actor, store = scene.a, scene.store
         store.losses = 1_000_000
         started = trio.current_time()
-        result = await send(actor, ann, "a")
+        result = await send(actor, scene.ann, "a")
         took = trio.current_time() - started
         assert isinstance(result, OperationError), result
         assert result.code is ErrorCode.UNAVAILABLE
         assert 0.2 < took < 5.0, took  # the deadline, not the default ten seconds
         assert actor.fence_losses > 3
         assert store.locked_commits > 1
-        assert (await stored(pool, scope_id), published.seqs) == ([], [])
+        assert (await scene.stored(), scene.published.seqs) == ([], [])
         # Nothing half-decided is left behind: the next send is seq 1.
         store.losses = 0
-        again = await send(actor, ann, "b")
+        again = await send(actor, scene.ann, "b")
         assert isinstance(again, SendResult), again
         assert (again.state, again.accepted_seq) == ("sent", 1)
-        assert (await stored(pool, scope_id), published.seqs) == ([(1, "b")], [1])
-        nursery.cancel_scope.cancel()
+        assert (await scene.stored(), scene.published.seqs) == ([(1, "b")], [1])
 
 
 @pytest.mark.parametrize("losses", [1, 2])
@@ -326,25 +303,18 @@ async def test_an_unreachable_database_answers_unavailable_at_once(
 ) -> None:
     """After one loss the actor reloads, after two it takes the lock: either
     way a database it cannot reach answers at once, not at the deadline."""
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        scope_id, ann = await channel(pool, f"down{losses}")
-        store = LosingStore(pool)
-        actor = ScopeActor(scope_id, store, Published())
-        await nursery.start(actor.run)
+    async with open_scene(database_url, f"down{losses}") as scene:
+        store = scene.store
         store.losses = losses
         if losses == 1:
             store.loads_fail = True
         else:
             store.locks_fail = True
         with trio.fail_after(1.0):  # far under the send's deadline
-            result = await send(actor, ann, "a")
+            result = await send(scene.a, scene.ann, "a")
         assert isinstance(result, OperationError), result
         assert result.code is ErrorCode.UNAVAILABLE
-        assert await stored(pool, scope_id) == []
-        nursery.cancel_scope.cancel()
+        assert await scene.stored() == []
 
 
 async def test_after_losing_to_another_node_freshness_answers_as_on_one_node(
@@ -354,24 +324,16 @@ async def test_after_losing_to_another_node_freshness_answers_as_on_one_node(
     commit: A reloads, and its sends are decided on the new history — the one
     that had seen nothing is held at B's seq, the plain one lands after it,
     and a send that had seen B's message is sent right after."""
-    async with (
-        open_pool(database_url, size=4, configure=autocommit) as pool,
-        trio.open_nursery() as nursery,
-    ):
-        scope_id, ann = await channel(pool, "fresh")
-        store = LosingStore(pool)
-        published = Published()
-        a = ScopeActor(scope_id, store, published)
-        b = ScopeActor(scope_id, PgScopeStore(pool), Published())
-        await nursery.start(a.run)
-        await nursery.start(b.run)
+    async with open_scene(database_url, "fresh") as scene:
+        a, ann = scene.a, scene.ann
+        b = await scene.other_node()
         other: list[SendResult | OperationError] = []
 
         async def b_first() -> None:
-            store.rival = None
+            scene.store.rival = None
             other.append(await send(b, ann, "b"))
 
-        store.rival = b_first
+        scene.store.rival = b_first
         # Queued together, in this order: one decision, one commit, one loss.
         fresh_answer = submit(a, ann, "fresh", 0)
         plain_answer = submit(a, ann, "plain")
@@ -386,6 +348,5 @@ async def test_after_losing_to_another_node_freshness_answers_as_on_one_node(
         after = await send(a, ann, "seen", 2)
         assert isinstance(after, SendResult), after
         assert (after.state, after.accepted_seq) == ("sent", 3)
-        assert await stored(pool, scope_id) == [(1, "b"), (2, "plain"), (3, "seen")]
-        assert published.seqs == [2, 3]
-        nursery.cancel_scope.cancel()
+        assert await scene.stored() == [(1, "b"), (2, "plain"), (3, "seen")]
+        assert scene.published.seqs == [2, 3]

@@ -13,9 +13,7 @@ the one clock, a warm actor fans out on the roster and grants it cached.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import trio
@@ -23,8 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actors.model import Member, MemberType, NotificationState
-from actors.planner import MessagePlan
-from actors.ports import CommittedSend, ReactionActivity, ThreadActivity
 from actors.scope_actor import ScopeActor
 from actors.scope_state import SendCommand
 from node.database import autocommit
@@ -34,6 +30,7 @@ from storage import access, directory, grants, messages, scopes
 from storage.pg import TrioConnection
 from storage.pool import Pool, open_pool
 from storage.store import PgScopeStore
+from tests.publishers import RecordingPublisher
 
 # (kind, owner index): ann creates the channel; pub is ann's public agent;
 # p is ann's private agent, q is bob's.
@@ -62,34 +59,6 @@ STEP = st.one_of(
     st.tuples(st.just("notify"), MEMBERS, st.sampled_from(list(NotificationState))),
 )
 _names = itertools.count()
-
-
-@dataclass
-class RecordingPublisher:
-    """What an actor fans out: message id → readers of the plan."""
-
-    readers: dict[str, frozenset[str]] = field(default_factory=dict)
-
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        yield
-
-    def publish_messages(
-        self, scope_id: str, sends: Sequence[tuple[MessagePlan, CommittedSend]]
-    ) -> None:
-        for plan, commit in sends:
-            self.readers[commit.message_id] = plan.readers
-
-    def publish_membership(
-        self, scope_id: str, member_id: str, op: str, visibility: str, audience: frozenset[str]
-    ) -> None:
-        pass
-
-    def publish_thread(self, activity: ThreadActivity) -> None:
-        pass
-
-    def publish_reaction(self, activity: ReactionActivity) -> None:
-        pass
 
 
 async def sql_readers(
