@@ -6,7 +6,7 @@ import math
 import os
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from node.attachments import sweep_forever as sweep_attachments
 from node.config import Settings, load_moderation
 from node.database import autocommit, open_database
 from node.hub import Hub
-from node.memory import MemoryGovernor
+from node.memory import CollectorWatch, MemoryGovernor
 from node.metrics import Metrics
 from node.outbox_worker import OutboxWorker
 from node.registry import ActorRegistry
@@ -73,9 +73,14 @@ class DeliveredMarker:
 
 
 async def serve_node(
-    settings: Settings, *, task_status: trio.TaskStatus[Services] = trio.TASK_STATUS_IGNORED
+    settings: Settings,
+    *,
+    on_ready: Callable[[], object] | None = None,
+    task_status: trio.TaskStatus[Services] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run a node until cancelled or drained; reports its Services when it accepts sessions."""
+    """Run a node until cancelled or drained; reports its Services when it accepts
+    sessions. ``on_ready`` runs once everything is up, before that report (the
+    ``serve`` command settles the process's heap there: node/memory.py)."""
     node_id = settings.node_id or f"node-{socket.gethostname()}-{os.getpid()}"
     async with (
         open_database(settings.data_dir, settings.database_url) as dsn,
@@ -123,6 +128,12 @@ async def serve_node(
         metrics.gauges["memory_ceiling_bytes"] = lambda: float(governor.ceiling_bytes)
         metrics.gauges["memory_passivated_actors"] = lambda: float(governor.passivated)
         nursery.start_soon(governor.run)
+        collector = CollectorWatch()
+        collector.install()
+        nursery.start_soon(_uninstall_on_exit, collector)
+        metrics.gauges["gc_full_collections"] = lambda: float(collector.full_collections)
+        metrics.gauges["gc_full_pause_seconds"] = lambda: collector.full_pause_s
+        metrics.gauges["gc_longest_full_pause_seconds"] = lambda: collector.longest_full_pause_s
         nursery.start_soon(marker.run)
         worker = OutboxWorker(pool, hub, node_id, settings.outbox, metrics.set_outbox_states)
         services.worker = worker
@@ -147,6 +158,8 @@ async def serve_node(
             )
             log.info("metrics_ready", host=metrics_host, port=services.metrics_port)
         await first_run(services, settings.data_dir)
+        if on_ready is not None:
+            on_ready()
         services.ready = True
         port = services.port
         log.info("node_ready", node_id=node_id, url=f"ws://{settings.host}:{port}/v1/ws")
@@ -155,6 +168,15 @@ async def serve_node(
         await drain(services, listeners, accepting)
         await marker.flush()
         nursery.cancel_scope.cancel()
+
+
+async def _uninstall_on_exit(collector: CollectorWatch) -> None:
+    # A process that runs several nodes one after another (the test suite)
+    # keeps no callback of a stopped one.
+    try:
+        await trio.sleep_forever()
+    finally:
+        collector.uninstall()
 
 
 async def sweep_sessions(services: Services) -> None:

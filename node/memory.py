@@ -11,11 +11,13 @@ other cache has a fixed cap (``actors/lru.py``; docs/operations.md).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
 import itertools
 import os
+import time
 from collections.abc import Callable
 
 import structlog
@@ -77,6 +79,53 @@ def _malloc_trim() -> Callable[[], None]:
         return lambda: None
     trim.argtypes = [ctypes.c_size_t]
     return lambda: trim(0)
+
+
+def settle_heap() -> bool:
+    """Move what the process holds once the node is up (modules, classes, the
+    node's own services) out of the cyclic collector's way (``gc.freeze``).
+
+    A full collection walks every object the collector tracks and stops the
+    node while it does: at start about 70,000 objects, 36 ms here, paid again
+    by every full collection for the life of the process, for objects that
+    never become garbage. ``scopenode serve`` calls it once its node is ready
+    (``serve_node``'s ``on_ready``); a process that embeds nodes decides for
+    itself. Only the first call freezes; returns whether this one did.
+    """
+    if gc.get_freeze_count():
+        return False
+    gc.collect()
+    gc.freeze()
+    return True
+
+
+class CollectorWatch:
+    """How often the cyclic collector stopped the node for a full collection,
+    and for how long (``gc.callbacks``): the pauses that grow with the heap."""
+
+    def __init__(self) -> None:
+        self.full_collections = 0
+        self.full_pause_s = 0.0
+        self.longest_full_pause_s = 0.0
+        self._started = 0.0
+
+    def install(self) -> None:
+        gc.callbacks.append(self._observe)
+
+    def uninstall(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._started
+        self.full_collections += 1
+        self.full_pause_s += pause
+        self.longest_full_pause_s = max(self.longest_full_pause_s, pause)
 
 
 class MemoryGovernor:

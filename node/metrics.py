@@ -29,6 +29,9 @@ GAUGE_HELP = {
     "resident_bytes": "Resident memory of the node process at the memory governor's last look.",
     "memory_ceiling_bytes": "Resident memory over which idle actors are passivated (LRU).",
     "memory_passivated_actors": "Actors passivated to stay under the memory ceiling (monotonic).",
+    "gc_full_collections": "Full collections of the cyclic garbage collector since start (monotonic).",
+    "gc_full_pause_seconds": "Time the node stood still in full collections since start (monotonic).",
+    "gc_longest_full_pause_seconds": "The longest single full collection since start.",
 }
 
 Labels = Mapping[str, str]

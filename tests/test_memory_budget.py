@@ -3,7 +3,10 @@ ceiling the node passivates idle actors, least recently used first."""
 
 from __future__ import annotations
 
+import gc
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import trio
 
 from actors import lru
 from actors.lru import Lru
-from node.memory import MemoryGovernor, limit_allocator_arenas, rss_bytes
+from node.memory import CollectorWatch, MemoryGovernor, limit_allocator_arenas, rss_bytes
 from node.registry import ActorRegistry
 from tests.nodes import World, make_channel, running_node
 from tests.test_metrics import http_get, samples
@@ -99,10 +102,40 @@ async def test_a_node_over_its_ceiling_passivates_and_reloads_on_the_next_send(
             assert second["acceptedSeq"] == 2
             again = await client.send("#ops", "one", clientMessageId="m1")
             assert again["state"] == "already_sent"
+        gc.collect()  # the node runs in this process: its watch sees this one
         _, text = await http_get(node.services.port, "/metrics")
     assert samples(text, "scopenode_memory_ceiling_bytes")[()] == 2**20
+    assert samples(text, "scopenode_gc_full_collections")[()] >= 1
+    assert samples(text, "scopenode_gc_full_pause_seconds")[()] > 0
+    assert samples(text, "scopenode_gc_longest_full_pause_seconds")[()] > 0
     assert samples(text, "scopenode_resident_bytes")[()] > 0
     assert samples(text, "scopenode_cache_entries")[(("cache", "members_interned"),)] >= 1
+
+
+def test_the_collector_watch_counts_full_collections_only_while_installed() -> None:
+    watch = CollectorWatch()
+    watch.install()
+    try:
+        gc.collect(0)
+        assert watch.full_collections == 0
+        gc.collect()
+        gc.collect()
+    finally:
+        watch.uninstall()
+    assert watch.full_collections == 2
+    assert 0 < watch.longest_full_pause_s <= watch.full_pause_s
+    gc.collect()
+    assert watch.full_collections == 2
+
+
+def test_settling_the_heap_freezes_what_the_process_holds_once() -> None:
+    # In a fresh interpreter: freezing this test process would keep its garbage.
+    probe = "import gc; from node.memory import settle_heap; "
+    probe += "print(settle_heap(), gc.get_freeze_count() > 10_000, settle_heap())"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == ["True", "True", "False"]
 
 
 def test_the_resident_set_is_read_from_proc() -> None:
