@@ -36,7 +36,7 @@ from protocol.errors import FrameError, OperationError
 from protocol.frames import ClientFrame
 from protocol.text import TextKind, check_text, text_problem
 from storage.search import BadCursor, decode_cursor
-from tests.nodes import World, make_channel, running_node
+from tests.nodes import make_channel, running_world
 
 TIMEOUT = 20.0
 _ids = itertools.count(100_000)
@@ -286,10 +286,8 @@ async def _drain(client: Client, until: str) -> list[dict[str, Any]]:
 async def test_a_nul_in_content_is_refused_and_nothing_is_stored_pushed_or_woken(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with running_node(database_url, tmp_path) as node:
-        world = await World.create(node)
-        alice = await world.member("alice")
-        bob = await world.member("bob")
+    async with running_world(database_url, tmp_path) as world:
+        alice, bob = await world.members("alice", "bob")
         bot = await world.member("pubbot", MemberType.AGENT)
         async with (
             world.client(alice) as a,
@@ -336,10 +334,8 @@ async def test_a_nul_in_content_is_refused_and_nothing_is_stored_pushed_or_woken
 async def test_the_inputs_that_ended_in_internal_are_validation_failed(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with running_node(database_url, tmp_path) as node:
-        world = await World.create(node)
-        alice = await world.member("alice")
-        bob = await world.member("bob")
+    async with running_world(database_url, tmp_path) as world:
+        alice, bob = await world.members("alice", "bob")
         async with world.client(alice) as a:
             scope_id = await make_channel(a, "general")
             for i in range(3):
@@ -378,7 +374,7 @@ async def test_the_inputs_that_ended_in_internal_are_validation_failed(
 
             channels = (await a.request("channels"))["channels"]
             assert [c["slug"] for c in channels] == ["general"]
-        assert node.services.metrics.render()  # the node is still serving
+        assert world.node.services.metrics.render()  # the node is still serving
 
 
 async def test_every_control_and_format_character_through_every_op(
@@ -387,9 +383,8 @@ async def test_every_control_and_format_character_through_every_op(
     """Each of the ~230 characters, in the middle of text, through every op
     that takes text; each answer is what the rule says, and everything accepted
     reads the same live, in history, in search and on resume."""
-    async with running_node(database_url, tmp_path) as node:
-        world = await World.create(node)
-        people = [await world.member(handle) for handle in ("alice", "carol", "bob")]
+    async with running_world(database_url, tmp_path) as world:
+        people = await world.members("alice", "carol", "bob")
         async with (
             world.client(people[0]) as alice,
             world.client(people[1]) as carol,
