@@ -181,6 +181,14 @@ async def test_the_staging_sweep_takes_what_no_upload_holds(tmp_path: Path) -> N
 # -------------------------------------------------------- an in-process node
 
 
+def upload_head(token: str, length: int, name: str) -> bytes:
+    """The head of an upload whose body the caller sends by hand."""
+    return (
+        f"POST /v1/attachments?name={quote(name)} HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
 async def raw_upload(
     port: int,
     token: str,
@@ -191,10 +199,7 @@ async def raw_upload(
     """POST with ``Content-Length: length`` and send ``pieces`` (pause, bytes)
     until the node answers; (answer head and body, seconds to the answer)."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
-    head = (
-        f"POST /v1/attachments?name={quote(name)} HTTP/1.1\r\nHost: x\r\n"
-        f"Authorization: Bearer {token}\r\nContent-Length: {length}\r\n\r\n"
-    ).encode()
+    head = upload_head(token, length, name)
     started = trio.current_time()
     answer = b""
     async with stream:
@@ -377,10 +382,7 @@ async def hold_slow_upload(port: int, token: str, n: int, flood: Flood, settled:
     """One byte a second of a 1,000-byte body, as long as the node listens;
     the socket stays open (as an attacker would keep it) until the flood is over."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
-    head = (
-        f"POST /v1/attachments?name=slow-{n} HTTP/1.1\r\nHost: x\r\n"
-        f"Authorization: Bearer {token}\r\nContent-Length: 1000\r\n\r\n"
-    ).encode()
+    head = upload_head(token, 1000, f"slow-{n}")
     started = trio.current_time()
     answer = b""
     async with stream:
@@ -495,11 +497,7 @@ async def test_a_staging_file_left_by_a_killed_node_is_removed_at_start(
         ann = await world.member("ann")
         # Past the first write (256 KiB), then nothing: a staging file exists.
         stream = await trio.open_tcp_stream("127.0.0.1", proc.port)
-        head = (
-            "POST /v1/attachments?name=cut.bin HTTP/1.1\r\nHost: x\r\n"
-            f"Authorization: Bearer {ann.token}\r\nContent-Length: {MiB}\r\n\r\n"
-        ).encode()
-        await stream.send_all(head + b"\0" * (300 * KiB))
+        await stream.send_all(upload_head(ann.token, MiB, "cut.bin") + b"\0" * (300 * KiB))
         with trio.fail_after(TIMEOUT):
             while not list((store / "tmp").glob("upload-*")):
                 await trio.sleep(0.05)
