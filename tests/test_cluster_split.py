@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +117,23 @@ class Sender:
                 self.answers.append((reply["state"] if fresh else "plain", seen, own, cmid))
 
 
+@asynccontextmanager
+async def receiving_after(
+    senders: list[Sender], work: Callable[[Sender], Awaitable[None]]
+) -> AsyncIterator[None]:
+    """Every sender receives in the background while ``work`` runs for all of
+    them at once, and on through the block; within RUN_LIMIT."""
+    with trio.fail_after(RUN_LIMIT):
+        async with trio.open_nursery() as receivers:
+            for sender in senders:
+                receivers.start_soon(sender.receive)
+            async with trio.open_nursery() as load:
+                for sender in senders:
+                    load.start_soon(work, sender)
+            yield
+            receivers.cancel_scope.cancel()
+
+
 def check_freshness(sender: Sender, final: int) -> None:
     """The gate is a compare-and-set on the scope's latest seq, whichever node's
     actor answers: ``sent`` lands right after the frontier, ``held`` names a
@@ -165,35 +184,27 @@ async def test_two_nodes_hosting_one_scope_never_duplicate_or_skip_a_seq_and_fre
                 "node1",
                 "node1",
             ]
-            with trio.fail_after(RUN_LIMIT):
-                async with trio.open_nursery() as receivers:
-                    for sender in senders:
-                        receivers.start_soon(sender.receive)
-                    async with trio.open_nursery() as load:
-                        for sender in senders:
-                            load.start_soon(sender.load)
+            async with receiving_after(senders, Sender.load):
+                # Deterministic too: node1 writes, then a node0 session that
+                # has not seen it yet is held, and sends once it has.
+                p0, p2 = senders[0], senders[2]
+                latest = max(max(s.received, default=0) for s in senders)
+                await p0.received_up_to(latest)
+                stale = p0.seen
+                written = await p2.send("p2-last")
+                fresh = {"targetKey": team.general, "seenUpToSeq": stale}
+                held = await c0.send(
+                    "#general", "p0-last", clientMessageId="p0-last", freshness=fresh
+                )
+                assert held["state"] == "held", held
+                # Held up to what node0 knows: p2's write, or an earlier seq
+                # p0 had not seen when node0 has not heard of p2's yet.
+                assert stale < held["needsRefreshUntilSeq"] <= written["acceptedSeq"]
+                last = await p0.send("p0-last")
+                assert last["acceptedSeq"] == written["acceptedSeq"] + 1
 
-                    # Deterministic too: node1 writes, then a node0 session that
-                    # has not seen it yet is held, and sends once it has.
-                    p0, p2 = senders[0], senders[2]
-                    latest = max(max(s.received, default=0) for s in senders)
-                    await p0.received_up_to(latest)
-                    stale = p0.seen
-                    written = await p2.send("p2-last")
-                    fresh = {"targetKey": team.general, "seenUpToSeq": stale}
-                    held = await c0.send(
-                        "#general", "p0-last", clientMessageId="p0-last", freshness=fresh
-                    )
-                    assert held["state"] == "held", held
-                    # Held up to what node0 knows: p2's write, or an earlier seq
-                    # p0 had not seen when node0 has not heard of p2's yet.
-                    assert stale < held["needsRefreshUntilSeq"] <= written["acceptedSeq"]
-                    last = await p0.send("p0-last")
-                    assert last["acceptedSeq"] == written["acceptedSeq"] + 1
-
-                    for sender in senders:
-                        await sender.received_up_to(last["acceptedSeq"])
-                    receivers.cancel_scope.cancel()
+                for sender in senders:
+                    await sender.received_up_to(last["acceptedSeq"])
 
         history = await scope_history(database_url, team.general)
         assert check_history(senders, history) == PEOPLE * SENDS + 2
@@ -213,17 +224,10 @@ async def race(
     ):
         senders = [Sender(f"r{i}", c, team.general) for i, c in enumerate((c0, c1))]
         assert [c.welcome["nodeId"] for c in (c0, c1)] == [f"node{i}" for i in nodes]
-        with trio.fail_after(RUN_LIMIT):
-            async with trio.open_nursery() as receivers:
-                for sender in senders:
-                    receivers.start_soon(sender.receive)
-                async with trio.open_nursery() as load:
-                    for sender in senders:
-                        load.start_soon(sender.race)
-                latest = max(await scope_history(database_url, team.general), default=0)
-                for sender in senders:
-                    await sender.received_up_to(latest)
-                receivers.cancel_scope.cancel()
+        async with receiving_after(senders, Sender.race):
+            latest = max(await scope_history(database_url, team.general), default=0)
+            for sender in senders:
+                await sender.received_up_to(latest)
     return senders
 
 
