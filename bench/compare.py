@@ -26,8 +26,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,23 +93,12 @@ def _environment(path: str | None, pairs: list[str]) -> dict[str, str]:
     return extra
 
 
-@contextmanager
-def _environ(extra: dict[str, str]) -> Iterator[None]:
-    """``extra`` in this process's environment while a node is started."""
-    saved = dict(os.environ)
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 async def _open_side(
     stack: AsyncExitStack, name: str, extra: dict[str, str], args: argparse.Namespace
 ) -> Side:
-    with _environ(extra):
-        node = await stack.enter_async_context(open_node(None, data_dir=None, database_url=None))
+    node = await stack.enter_async_context(
+        open_node(None, data_dir=None, database_url=None, extra_env=extra)
+    )
     env = Env(
         node=node,
         provisioner=make_provisioner(node.data_dir, None),

@@ -87,8 +87,10 @@ async def open_node(
     database_url: str | None,
     node_pid: int | None = None,
     log_path: str | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[NodeUnderTest]:
-    """Yield the node to bench: ``url`` if given, else a node started here."""
+    """Yield the node to bench: ``url`` if given, else a node started here, with
+    ``extra_env`` over this process's environment."""
     if url is not None:
         await wait_healthy(url, None, 10.0)
         yield NodeUnderTest(url, node_pid, data_dir or "./.scopenode", database_url, False)
@@ -101,7 +103,7 @@ async def open_node(
         if database_url:
             cmd += ["--database-url", database_url]
         log = _open_log(log_path or os.path.join(tmp, "node.log"))
-        env = {**RAISED_LIMITS_ENV, **os.environ}
+        env = {**RAISED_LIMITS_ENV, **os.environ, **(extra_env or {})}
         proc = await trio.lowlevel.open_process(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             base = f"ws://127.0.0.1:{port}"

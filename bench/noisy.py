@@ -40,7 +40,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,18 +133,6 @@ def documented_limits() -> dict[str, float]:
     finally:
         os.environ.update(saved)
     return {name: getattr(settings, name) for name in names}
-
-
-@contextmanager
-def environ(extra: dict[str, str]) -> Iterator[None]:
-    """``extra`` in this process's environment while a node is started."""
-    saved = dict(os.environ)
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 # ---------------------------------------------------------------- the flooder
@@ -358,11 +346,10 @@ class Cast:
 
 
 async def open_cast(stack: AsyncExitStack, args: argparse.Namespace) -> Cast:
-    limits = documented_limits()
-    with environ({limit_env(name): str(value) for name, value in limits.items()}):
-        node = await stack.enter_async_context(
-            open_node(args.url, data_dir=args.data_dir, database_url=args.database_url)
-        )
+    env = {limit_env(name): str(value) for name, value in documented_limits().items()}
+    node = await stack.enter_async_context(
+        open_node(args.url, data_dir=args.data_dir, database_url=args.database_url, extra_env=env)
+    )
     provisioner = make_provisioner(node.data_dir, args.database_url)
     workspace = await provisioner.create_workspace("noisy-neighbour")
     (human,) = await provisioner.create_members(workspace, "human", ["neighbour"])
