@@ -49,6 +49,7 @@ import trio
 from bench import report as report_mod
 from bench.client import RequestError, Session, SessionClosed, open_session, ws_url
 from bench.nodeproc import NodeUnderTest, open_node
+from bench.options import Size, add_target_options, bench_parser, fill_sizes
 from bench.progress import Progress
 from bench.provision import make_provisioner
 from bench.stats import Latency, machine, proc_cpu_s, raise_fd_limit
@@ -67,22 +68,15 @@ HEARTBEAT_S = 10.0
 # Words of the flooder's messages and searches: each search finds a share of them.
 WORDS = tuple(f"{a}{b}" for a in ("ka", "lo", "mi", "su", "te") for b in ("ra", "no", "vi", "zu"))
 
-# option: (full run, --quick)
-DEFAULTS: dict[str, tuple[Any, Any]] = {
-    "rounds": (5, 2),
-    "phase_s": (10.0, 2.0),
-    "sessions": (32, 4),
+SIZES = {
+    "rounds": Size(5, 2, "quiet/flood pairs counted"),
+    "phase_s": Size(10.0, 2.0, "seconds of each phase"),
+    "sessions": Size(32, 4, "the flooder's sessions"),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="scopenode bench noisy-neighbour", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--quick", action="store_true", help="two short rounds, few sessions (tests)")
-    p.add_argument("--rounds", type=int, help="quiet/flood pairs counted (default 5)")
-    p.add_argument("--phase-s", type=float, help="seconds of each phase (default 10)")
-    p.add_argument("--sessions", type=int, help="the flooder's sessions (default 32)")
+    p = bench_parser("noisy-neighbour", __doc__, "two short rounds, few sessions (tests)", SIZES)
     p.add_argument("--victim-rate", type=float, default=2.0, help="the neighbour's sends/s")
     p.add_argument(
         "--flooder",
@@ -99,17 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0, help="extra time for setup, s")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", metavar="FILE", help="write the JSON report here")
-    g = p.add_argument_group("target")
-    g.add_argument("--url", help="ws://HOST:PORT of a running node, which keeps its own limits")
-    g.add_argument("--data-dir", help="node data dir for admin commands (with --url)")
-    g.add_argument("--database-url", help="PostgreSQL URL of the node")
+    add_target_options(p, "ws://HOST:PORT of a running node, which keeps its own limits")
     return p
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    for name, (full, quick) in DEFAULTS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
+    fill_sizes(args, SIZES)
     if args.rounds < 1 or args.phase_s <= 0 or args.sessions < 2 or args.victim_rate <= 0:
         raise SystemExit("need --rounds >= 1, --phase-s > 0, --sessions >= 2, --victim-rate > 0")
     return args

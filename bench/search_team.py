@@ -43,6 +43,7 @@ from bench import report as report_mod
 from bench.baseline import open_database
 from bench.client import RequestError, Session, SessionClosed, open_session, ws_url
 from bench.nodeproc import open_node
+from bench.options import Size, add_target_options, bench_parser, fill_sizes
 from bench.soak import SYLLABLES, Person, Team, build_channels, provision
 from bench.stats import machine, raise_fd_limit
 from storage import audit, pg
@@ -65,35 +66,23 @@ MAX_IN_FLIGHT = 200
 HISTORY_LIMIT = 50
 SEARCH_LIMIT = 20
 
-# option: (full run, --quick)
-DEFAULTS: dict[str, tuple[Any, Any]] = {
-    "messages": (60_000, 800),
-    "senders": (8, 8),
-    "rounds": (5, 2),
-    "queries": (10, 2),
-    "warmup_s": (3.0, 1.0),
+SIZES = {
+    "messages": Size(60_000, 800, "corpus size in sends"),
+    "senders": Size(8, 8, "concurrent senders building it"),
+    "rounds": Size(5, 2, "measurement rounds"),
+    "queries": Size(10, 2, "per class, round and viewer"),
+    "warmup_s": Size(3.0, 1.0, "seconds the writer runs before the first query"),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="scopenode bench search-team", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--quick", action="store_true", help="a tiny corpus and few rounds (tests)")
-    p.add_argument("--messages", type=int, help="corpus size in sends (default 60,000)")
-    p.add_argument("--senders", type=int, help="concurrent senders building it (default 8)")
+    p = bench_parser("search-team", __doc__, "a tiny corpus and few rounds (tests)", SIZES)
     p.add_argument("--write-rate", type=float, default=39.0, help="sends/s while measuring")
-    p.add_argument("--rounds", type=int, help="measurement rounds (default 5)")
-    p.add_argument("--queries", type=int, help="per class, round and viewer (default 10)")
-    p.add_argument("--warmup-s", type=float, help="writer running before the first query")
     p.add_argument("--build-timeout", type=float, default=1800.0, help="bound of the build, s")
     p.add_argument("--measure-timeout", type=float, default=600.0, help="bound of the measure, s")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", metavar="FILE")
-    g = p.add_argument_group("target")
-    g.add_argument("--url", help="ws://HOST:PORT of a running node (default: start one)")
-    g.add_argument("--data-dir")
-    g.add_argument("--database-url")
+    add_target_options(p, "ws://HOST:PORT of a running node (default: start one)")
     t = p.add_argument_group("team")
     t.add_argument("--humans", type=int, default=30)
     t.add_argument("--channels", type=int, default=20)
@@ -107,9 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    for name, (full, quick) in DEFAULTS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
+    fill_sizes(args, SIZES)
     # What bench/soak.py's provisioning reads: humans only, no agents.
     args.public_agents = 0
     args.private_agents = 0
