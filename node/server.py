@@ -9,6 +9,8 @@ closed. The ``--metrics-bind`` listener answers ``/metrics`` alone.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from urllib.parse import parse_qs, urlsplit
@@ -33,12 +35,21 @@ MAX_HEAD = 16 * 1024
 
 async def handle_connection(services: Services, stream: trio.SocketStream) -> None:
     """Serve one TCP connection; never lets an exception escape to the listener."""
-    try:
+    async with _closed_at_end(stream, "connection_failed"):
         await _handle(services, stream)
+
+
+@asynccontextmanager
+async def _closed_at_end(stream: trio.SocketStream, failure: str) -> AsyncIterator[None]:
+    """Close ``stream`` after the block. A peer that goes away or speaks
+    garbled HTTP is routine; anything else is logged as ``failure``, and
+    neither reaches the listener, which would stop serving."""
+    try:
+        yield
     except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
         pass
     except Exception as exc:
-        log.exception("connection_failed", error=repr(exc))
+        log.exception(failure, error=repr(exc))
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             await stream.aclose()
@@ -76,19 +87,12 @@ async def serve_metrics(
 
 async def handle_metrics_connection(services: Services, stream: trio.SocketStream) -> None:
     """Serve one connection of the ``--metrics-bind`` listener: ``/metrics`` only."""
-    try:
+    async with _closed_at_end(stream, "metrics_connection_failed"):
         http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         request = await _read_head(stream, http)
         if request is not None:
             reply = respond_metrics_listener(services, request)
             await _plain(stream, reply, head_only=request.method == b"HEAD")
-    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
-        pass
-    except Exception as exc:
-        log.exception("metrics_connection_failed", error=repr(exc))
-    finally:
-        with trio.CancelScope(shield=True), trio.move_on_after(1):
-            await stream.aclose()
 
 
 async def _read_head(stream: trio.SocketStream, http: h11.Connection) -> h11.Request | None:
