@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -16,6 +17,17 @@ from storage.embedded import EmbeddedPostgres
 from storage.pg import TrioConnection
 
 log = structlog.get_logger(__name__)
+
+DATABASE_URL_ENV = "DATABASE_URL"
+
+
+def database_url_from_env() -> str | None:
+    """The database named by ``DATABASE_URL``; None (embedded) when unset or empty.
+
+    The same answer as ``Settings.database_url_from_env``, for the admin
+    commands, which do not import node/config.py.
+    """
+    return os.environ.get(DATABASE_URL_ENV) or None
 
 
 @asynccontextmanager

@@ -1,0 +1,269 @@
+"""The ``scopenode`` commands that work on the database: ``admin``, ``db verify``
+and ``search``.
+
+Kept apart from node/cli.py, which imports this module only when one of these
+commands runs: ``--help`` and an argument error import neither psycopg, trio
+nor storage, and these commands never import node/config.py (the node's whole
+module graph hangs off its settings).
+
+Each prints one JSON object on stdout; every error is one line on stderr naming
+the argument and what is wrong, with exit code 2, never a database message or a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+import trio
+
+from actors.model import MemberType
+from node import logs
+from node.database import database_url_from_env, open_database, verify
+from storage import directory, scopes, search_index
+from storage.errors import (
+    DatabaseUnavailable,
+    EmbeddedPostgresError,
+    StorageError,
+    UniqueViolation,
+)
+from storage.pg import TrioConnection, connect
+from storage.schema import SchemaError
+
+# The same patterns as the schema's CHECKs, so bad input is named before the
+# database would answer with a constraint name.
+HANDLE_PATTERN = "[a-z0-9][a-z0-9_.-]{0,63}"
+SLUG_PATTERN = "[a-z0-9][a-z0-9_-]{0,79}"
+WORKSPACE_NAME_MAX = 200
+# node/cli.py's exit code for a usage error; not imported from there, which
+# imports this module.
+USAGE_ERROR = 2
+
+Handler = Callable[[argparse.Namespace, str], Awaitable[dict[str, Any]]]
+
+
+class CliError(Exception):
+    """A one-line error for the operator: ``--argument: what is wrong``."""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed ``admin``, ``db`` or ``search`` command; print its result."""
+    logs.configure("warning")
+    try:
+        result = trio.run(_with_database, args, _handler(args))
+    except (CliError, StorageError, SchemaError, psycopg.Error) as exc:
+        print(f"scopenode: {_describe(args, exc)}", file=sys.stderr)
+        return USAGE_ERROR
+    print(json.dumps(result))
+    return 0 if result.get("ok", True) else 1
+
+
+def _handler(args: argparse.Namespace) -> Handler:
+    if args.command == "admin":
+        return _ADMIN[args.admin_command]
+    if args.command == "search":
+        return _SEARCH[args.search_command]
+    return _db_verify
+
+
+def _describe(args: argparse.Namespace, exc: Exception) -> str:
+    """One line in words; a database's own message never reaches the operator."""
+    if isinstance(exc, CliError | EmbeddedPostgresError | SchemaError):
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, DatabaseUnavailable | psycopg.OperationalError):
+        if args.database_url or database_url_from_env():
+            return "--database-url: cannot reach the database"
+        return f"--data-dir: cannot reach the embedded database of {args.data_dir}"
+    code = exc.code if isinstance(exc, StorageError) else type(exc).__name__
+    return f"the database refused the command ({code})"
+
+
+async def _with_database(args: argparse.Namespace, handler: Handler) -> dict[str, Any]:
+    url = args.database_url or database_url_from_env()
+    async with open_database(args.data_dir, url) as dsn:
+        return await handler(args, dsn)
+
+
+async def _workspace(conn: TrioConnection, workspace_id: str) -> str:
+    if await directory.workspace_name(conn, workspace_id) is None:
+        raise CliError(f"--workspace: no workspace {workspace_id}")
+    return workspace_id
+
+
+async def _create_workspace(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    if not 1 <= len(args.name) <= WORKSPACE_NAME_MAX:
+        raise CliError(f"--name: must be 1 to {WORKSPACE_NAME_MAX} characters")
+    async with await connect(dsn, autocommit=True) as conn:
+        return {"workspaceId": await directory.create_workspace(conn, args.name)}
+
+
+async def _create_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    handle = args.handle.lower()
+    if not re.fullmatch(HANDLE_PATTERN, handle):
+        raise CliError(f"--handle: must match {HANDLE_PATTERN}")
+    if args.private and not args.owner:
+        raise CliError("--private: needs --owner")
+    if args.private and args.type != MemberType.AGENT.value:
+        raise CliError("--private: only agents can be private")
+    if args.private and args.join:
+        raise CliError("--join: a private agent joins channels through its owner (invite)")
+    slugs = [slug.removeprefix("#").lower() for slug in args.join]
+    for slug in slugs:
+        if not re.fullmatch(SLUG_PATTERN, slug):
+            raise CliError(f"--join: #{slug} is not a channel name ({SLUG_PATTERN})")
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _workspace(conn, args.workspace)
+        if args.owner:
+            owner = await directory.get_member(conn, args.owner)
+            if owner is None or owner.workspace_id != workspace_id:
+                raise CliError(f"--owner: no member {args.owner} in workspace {workspace_id}")
+            if owner.type is not MemberType.HUMAN:
+                raise CliError(f"--owner: {args.owner} is not a human member")
+        if await directory.get_member_by_handle(conn, workspace_id, handle) is not None:
+            raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}")
+        extra = []
+        for slug in slugs:
+            scope_id = await scopes.channel_by_slug(conn, workspace_id, slug)
+            if scope_id is None:
+                raise CliError(f"--join: no channel #{slug} in workspace {workspace_id}")
+            extra.append(scope_id)
+        try:
+            # One transaction: a member is never left half onboarded.
+            async with conn.transaction():
+                member = await directory.create_member(
+                    conn,
+                    workspace_id=workspace_id,
+                    type_=MemberType(args.type),
+                    handle=handle,
+                    display_name=args.display_name,
+                    owner_member_id=args.owner,
+                    private=args.private,
+                )
+                joined = await scopes.join_on_creation(conn, member, extra)
+        except UniqueViolation as exc:
+            if "handle" not in (exc.constraint or ""):
+                raise
+            # A concurrent create-member took the handle after the check.
+            raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}") from None
+        channels = {c.scope_id: c.slug for c in await scopes.admin_channels(conn, workspace_id)}
+    return {"memberId": member.id, "channels": [f"#{channels[s]}" for s in joined]}
+
+
+async def _issue_token(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        if await directory.get_member(conn, args.member) is None:
+            raise CliError(f"--member: no member {args.member}")
+        return {"token": await directory.issue_token(conn, args.member)}
+
+
+async def _revoke_token(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        if not await directory.revoke_token(conn, args.token):
+            raise CliError("--token: no such active token")
+    return {"revoked": True}
+
+
+async def _list_workspaces(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        workspaces = await directory.list_workspaces(conn)
+    return {
+        "workspaces": [
+            {
+                "workspaceId": w.id,
+                "name": w.name,
+                "createdAt": w.created_at.isoformat(),
+                "memberCount": w.members,
+            }
+            for w in workspaces
+        ]
+    }
+
+
+async def _list_members(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _workspace(conn, args.workspace)
+        members = await directory.list_members(conn, workspace_id)
+    return {
+        "workspaceId": workspace_id,
+        "members": [
+            {
+                "memberId": m.id,
+                "handle": m.handle,
+                "displayName": m.display_name,
+                "type": m.type.value,
+                "private": m.is_private,
+                "ownerMemberId": m.owner_member_id,
+                "status": status,
+            }
+            for m, status in members
+        ],
+    }
+
+
+async def _list_channels(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _workspace(conn, args.workspace)
+        channels = await scopes.admin_channels(conn, workspace_id)
+    return {
+        "workspaceId": workspace_id,
+        "channels": [
+            {
+                "scopeId": c.scope_id,
+                "slug": c.slug,
+                "name": c.name,
+                "visibility": c.visibility,
+                "default": c.default,
+                "ownerMemberId": c.owner_member_id,
+                "memberCount": c.members,
+                "latestSeq": c.latest_seq,
+            }
+            for c in channels
+        ],
+    }
+
+
+async def _db_verify(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    drift = await trio.to_thread.run_sync(verify, dsn)
+    if drift:
+        return {"ok": False, "drift": drift}
+    return {"ok": True}
+
+
+async def _search_workspace(conn: TrioConnection, given: str | None) -> str:
+    if given is not None:
+        return await _workspace(conn, given)
+    found = await directory.list_workspaces(conn)
+    if len(found) != 1:
+        raise CliError(f"--workspace: required ({len(found)} workspaces)")
+    return found[0].id
+
+
+async def _search_status(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _search_workspace(conn, args.workspace)
+        return (await search_index.status(conn, workspace_id)).view()
+
+
+async def _search_rebuild(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _search_workspace(conn, args.workspace)
+        return (await search_index.rebuild(conn, workspace_id)).view()
+
+
+_SEARCH: dict[str, Handler] = {"status": _search_status, "rebuild": _search_rebuild}
+
+_ADMIN: dict[str, Handler] = {
+    "create-workspace": _create_workspace,
+    "create-member": _create_member,
+    "issue-token": _issue_token,
+    "revoke-token": _revoke_token,
+    "list-workspaces": _list_workspaces,
+    "list-members": _list_members,
+    "list-channels": _list_channels,
+}
