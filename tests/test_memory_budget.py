@@ -112,6 +112,28 @@ async def test_a_node_over_its_ceiling_passivates_and_reloads_on_the_next_send(
     assert samples(text, "scopenode_cache_entries")[(("cache", "members_interned"),)] >= 1
 
 
+async def test_a_live_actor_keeps_no_nursery_it_started_in(
+    database_url: str, tmp_path: Path
+) -> None:
+    # Every object a live actor keeps is walked by each full collection.
+    def nurseries() -> int:
+        gc.collect()
+        return sum(isinstance(o, trio.Nursery) for o in gc.get_objects())
+
+    async with running_node(database_url, tmp_path) as node:
+        world = await World.create(node)
+        ann = await world.member("ann")
+        async with world.client(ann) as client:
+            await make_channel(client, "first")
+            await client.send("#first", "hello", clientMessageId="first")
+            actors, before = len(node.services.registry), nurseries()
+            for i in range(24):
+                await make_channel(client, f"c{i}")
+                await client.send(f"#c{i}", "hello", clientMessageId=f"m{i}")
+            assert len(node.services.registry) >= actors + 24
+            assert nurseries() - before < 12
+
+
 def test_the_collector_watch_counts_full_collections_only_while_installed() -> None:
     watch = CollectorWatch()
     watch.install()
