@@ -25,6 +25,8 @@ NOT_SQL = {
     ("storage/schema.py", "str(definition)"),
     # Locale names listed by `locale -a`.
     ("storage/embedded.py", "line.strip().lower()"),
+    # A bench option's flag from its attribute name.
+    ("bench/options.py", "name"),
 }
 
 _WRITE = re.compile(r"\b(?:INSERT INTO|UPDATE|DELETE FROM)\s+(\w+)")
