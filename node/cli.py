@@ -190,6 +190,7 @@ def _serve(args: argparse.Namespace) -> int:
     from node import logs
     from node.app import serve_node
     from node.config import MAX_ATTACHMENT_BYTES, Settings, load_moderation
+    from node.database import database_url_from_env
     from node.memory import limit_allocator_arenas, settle_heap
 
     problem = listen_problem(args.host, args.port)
@@ -208,7 +209,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         data_dir=args.data_dir,
-        database_url=args.database_url or Settings.database_url_from_env(),
+        database_url=args.database_url or database_url_from_env(),
         node_id=args.node_id,
         log_level=args.log_level,
         moderation_file=args.moderation_file,

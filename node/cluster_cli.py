@@ -204,8 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def _cluster(args: argparse.Namespace, haproxy: str) -> Iterator[None]:
-    from node.config import Settings
-    from node.database import migrate
+    from node.database import database_url_from_env, migrate
     from storage.embedded import EmbeddedPostgres
 
     data_dir: Path = args.data_dir
@@ -214,7 +213,7 @@ def _cluster(args: argparse.Namespace, haproxy: str) -> Iterator[None]:
     embedded: EmbeddedPostgres | None = None
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        dsn = args.database_url or Settings.database_url_from_env()
+        dsn = args.database_url or database_url_from_env()
         if not dsn:
             embedded = EmbeddedPostgres(data_dir)
             dsn = embedded.start()

@@ -173,10 +173,6 @@ class Settings:
         )
         return Limiter(member, workspace, self.reads_at_once)
 
-    @staticmethod
-    def database_url_from_env() -> str | None:
-        return os.environ.get("DATABASE_URL") or None
-
 
 # The rate limit fields above, by name (the session cap aside).
 LIMIT_FIELDS = (

@@ -22,11 +22,7 @@ DATABASE_URL_ENV = "DATABASE_URL"
 
 
 def database_url_from_env() -> str | None:
-    """The database named by ``DATABASE_URL``; None (embedded) when unset or empty.
-
-    The same answer as ``Settings.database_url_from_env``, for the admin
-    commands, which do not import node/config.py.
-    """
+    """The database named by ``DATABASE_URL``; None (embedded) when unset or empty."""
     return os.environ.get(DATABASE_URL_ENV) or None
 
 
