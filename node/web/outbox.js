@@ -19,7 +19,7 @@ export function renderPending() {
       el(
         "div",
         { class: "msg pending" + (item.error ? " failed" : "") },
-        el("div", { class: "content" }, document.createTextNode(item.content)),
+        el("div", { class: "content", dir: "auto" }, document.createTextNode(item.content)),
         item.uploads?.length || item.forward
           ? el(
               "div",

@@ -89,7 +89,7 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
   if (message.deleted) body = el("p", { class: "tombstone" }, "message deleted");
   else if (editing) body = editForm(editing, message);
   else {
-    body = el("div", { class: "content" }, renderMarkdown(message.content ?? "", message));
+    body = el("div", { class: "content", dir: "auto" }, renderMarkdown(message.content ?? "", message));
     if (message.editedAt || message.revision) {
       // "(edited)" follows the text: inside its last paragraph when it ends with one.
       const mark = el("span", { class: "edited muted small", title: message.editedAt ? `edited ${message.editedAt}` : null }, "(edited)");

@@ -55,7 +55,7 @@ function sourceNode(src) {
     ),
     cited.deleted
       ? el("p", { class: "tombstone" }, "message deleted")
-      : el("div", { class: "content" }, renderMarkdown(cited.content || "", null)),
+      : el("div", { class: "content", dir: "auto" }, renderMarkdown(cited.content || "", null)),
     cited.attachments?.length && !cited.deleted
       ? el("div", { class: "muted small" }, cited.attachments.map((a) => a.name).join(", "))
       : null,
@@ -112,7 +112,7 @@ export function openForward(message) {
       "blockquote",
       { class: "source" },
       el("div", { class: "source-head" }, el("span", { class: "author" }, author.displayName || author.handle || "?")),
-      el("div", { class: "content" }, renderMarkdown(message.content || "", null)),
+      el("div", { class: "content", dir: "auto" }, renderMarkdown(message.content || "", null)),
     ),
   );
   const scopes = [...state.scopes.values()]
