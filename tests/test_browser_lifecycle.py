@@ -17,10 +17,8 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from tests.conftest import require_tool
 from tests.nodes import running_node
 from tests.test_browser import (
-    browser_missing,
     browser_thread,
     conversation,
     messages,
@@ -30,14 +28,11 @@ from tests.test_browser import (
     open_page,
     send,
 )
+from tests.test_browser import pytestmark as pytestmark  # the browser mark, Chromium needed
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, FilePayload, Locator, Page
 
-pytestmark = [
-    pytest.mark.browser,
-    require_tool("chromium", browser_missing()),
-]
 
 SEARCH_READY_TRIES = 20
 SEARCH_READY_PAUSE_MS = 500  # 20 tries: ten seconds for the index to be ready

@@ -10,27 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pytest
 import trio
 
-from tests.conftest import require_tool
 from tests.nodes import running_node
 from tests.test_browser import (
-    browser_missing,
     browser_thread,
     conversation,
     new_person,
     new_workspace,
     open_page,
 )
+from tests.test_browser import pytestmark as pytestmark  # the browser mark, Chromium needed
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
-pytestmark = [
-    pytest.mark.browser,
-    require_tool("chromium", browser_missing()),
-]
 
 # Eight reads at once against a bucket of two that refills five a second: six
 # are refused at first, and the last is answered about a second later.

@@ -10,13 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pytest
 import trio
 
-from tests.conftest import require_tool
 from tests.nodes import running_node
 from tests.test_browser import (
-    browser_missing,
     browser_thread,
     messages,
     new_person,
@@ -24,14 +21,11 @@ from tests.test_browser import (
     node_client,
     open_page,
 )
+from tests.test_browser import pytestmark as pytestmark  # the browser mark, Chromium needed
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
-pytestmark = [
-    pytest.mark.browser,
-    require_tool("chromium", browser_missing()),
-]
 
 HEBREW_FIRST = "שלום לכולם, the deploy is done"
 LATIN_FIRST = "the deploy is done, שלום לכולם"
