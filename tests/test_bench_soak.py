@@ -27,6 +27,7 @@ from node.limits import RAISED_LIMITS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 LEAK_BYTES = 20 * 1024  # tests/leaky_node.py (not imported: importing it patches the node)
+LEAK_RUN_S = 90  # long enough for the slope to stand out of the node's own growth
 
 
 def series(values: list[float], every_s: float = 30.0, key: str = "rss_mib") -> list[sa.Sample]:
@@ -187,13 +188,14 @@ def test_soak_calls_a_planted_leak_growing(
 ) -> None:
     url, pid, data_dir = leaky_node
     out = tmp_path / "soak.json"
-    argv = ["soak", "--minutes", "3", "--report-every", "10", "--strict", "--json", str(out)]
+    argv = ["soak", "--minutes", str(LEAK_RUN_S / 60), "--report-every", "5", "--strict"]
+    argv += ["--json", str(out)]
     argv += ["--url", url, "--node-pid", str(pid), "--data-dir", str(data_dir)]
     assert main(argv) == 1
     report: dict[str, Any] = json.loads(out.read_text())
     assert report["verdicts"]["rss_mib"] == "growing"
     # The node grows by itself too (scope actors); the leak alone must show in the slope.
-    sends_per_s = report["totals"]["acked_sends"] / 180
+    sends_per_s = report["totals"]["acked_sends"] / LEAK_RUN_S
     leak_mib_per_10min = sends_per_s * 600 * LEAK_BYTES / 2**20
     assert report["slopes_per_10min"]["rss_mib"] > 0.8 * leak_mib_per_10min, report["samples"]
     rss = next(a for a in report["acceptance"] if a["name"] == "rss_end_over_third")
