@@ -303,7 +303,9 @@ class SendRelay:
                 await self.lot.park()
                 continue
             seqs = await (
-                self._one(conn, *batch[0]) if len(batch) == 1 else self._group(conn, batch)
+                self.commit_lone(conn, *batch[0])
+                if len(batch) == 1
+                else self.commit_group(conn, batch)
             )
             self.statements += 1
             for (scope, fd), seq in zip(batch, seqs, strict=True):
@@ -313,15 +315,16 @@ class SendRelay:
             if self.queue:
                 self.lot.unpark()
 
-    async def _one(self, conn: pg.TrioConnection, scope: int, _fd: int) -> list[int]:
-        params = self.scopes[scope]["params"]
-        cur = await conn.execute(applier.RAW_SEND_BASELINE_SQL, params, prepare=True)
-        row = await cur.fetchone()
+    async def commit_lone(self, conn: pg.TrioConnection, scope: int, _fd: int) -> list[int]:
+        rows = await applier.run_baseline(conn, self.scopes[scope]["statement_values"])
+        row = rows[0] if rows else None
         if row is None or row[0] != "sent":
             raise RuntimeError(f"the raw send statement wrote nothing: {row}")
         return [int(row[2])]
 
-    async def _group(self, conn: pg.TrioConnection, batch: list[tuple[int, int]]) -> list[int]:
+    async def commit_group(
+        self, conn: pg.TrioConnection, batch: list[tuple[int, int]]
+    ) -> list[int]:
         rows: list[dict[str, object]] = []
         k_of: dict[int, int] = {}
         now = datetime.now(UTC).isoformat()
@@ -363,7 +366,7 @@ class SendRelay:
         }
 
 
-async def _send_scopes(conn: pg.TrioConnection, count: int) -> list[dict[str, Any]]:
+async def send_scopes(conn: pg.TrioConnection, count: int) -> list[dict[str, Any]]:
     scopes: list[dict[str, Any]] = []
     for _ in range(count):
         values = await applier.baseline_values(conn)
@@ -374,6 +377,7 @@ async def _send_scopes(conn: pg.TrioConnection, count: int) -> list[dict[str, An
             {
                 **values,
                 "params": params,
+                "statement_values": applier.baseline_statement_values(params),
                 "latest_seq": info.latest_seq,
                 "generation": info.roster_generation,
                 "outbox": msgspec.json.decode(values["outbox"]),
@@ -386,7 +390,7 @@ async def serve_sends(dsn: str, scopes: int, lanes: int) -> None:
     setup = await pg.connect(dsn, autocommit=True)
     relay = SendRelay(
         [await pg.connect(dsn, autocommit=True) for _ in range(lanes)],
-        await _send_scopes(setup, scopes),
+        await send_scopes(setup, scopes),
     )
 
     async def route(stream: trio.SocketStream, target: str) -> None:
@@ -484,15 +488,20 @@ class RelayFloor:
         self.latency = Latency("relay_floor_reply")
         self.changed = 0
 
-    async def run_phase(self, ops: Sequence[Sequence[tuple[str, str]]], duration_s: float) -> int:
-        """The reactors' op sequences through the relay, as the node's phase runs them."""
+    async def run_phase(
+        self, ops: Sequence[Sequence[tuple[str, str]]], duration_s: float, latency: Latency
+    ) -> int:
+        """The reactors' op sequences through the relay, as the node's phase runs
+        them; replies timed into ``latency`` and into ``self.latency``."""
 
         async def one(i: int, message_id: str, op: str) -> None:
             await self.reactors[i].send_message(ask_frame(message_id, op))
             reply = await self.reactors[i].get_message()
             self.changed += '"changed":true' in reply
 
-        return await run_ops(ops, duration_s, self.latency, one)
+        done = await run_ops(ops, duration_s, latency, one)
+        self.latency.hist.add(latency.hist)
+        return done
 
     async def close(self, timeout_s: float = 30.0) -> int:
         """End every process; the events the readers got in all."""

@@ -42,6 +42,7 @@ from node.app import serve_node
 from node.config import Settings, with_raised_limits
 from node.database import open_database
 from storage import directory, search_sql
+from storage import search as stored_search
 from storage.pg import TrioConnection, connect
 
 BULK_TABLES = ("scope_messages", "scope_message_search_docs")
@@ -307,7 +308,7 @@ async def _raw_query(
         parsed, filters, {}, sort="recent", limit=20, after=None, raw=True, within=within
     )
     t = time.perf_counter()
-    await (await conn.execute(statement, params, prepare=False)).fetchall()
+    await stored_search.run_query(conn, statement, params)
     return time.perf_counter() - t
 
 

@@ -27,7 +27,6 @@ reload.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import timedelta
@@ -40,7 +39,7 @@ from actors.planner import MessagePlan
 from actors.ports import CommittedSend, FenceLost, IdempotencyRace
 from actors.sources import source_rows
 from storage.errors import map_errors
-from storage.pg import Prepared, TrioConnection
+from storage.pg import Prepared, TrioConnection, text_param
 
 # The first delivery is inline after commit; the outbox worker only touches a
 # row once it is due: a wake not acknowledged by then, or a realtime row that
@@ -615,7 +614,23 @@ RAW_SEND_BASELINE_SQL = _single_send(
     expected_generation="s.roster_generation",
     outbox_key="'rt:' || message.id",
 )
-_BASELINE_NAMES = tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", RAW_SEND_BASELINE_SQL)))
+_BASELINE, _BASELINE_NAMES = Prepared.from_named(
+    "scopenode_send_baseline_v1", RAW_SEND_BASELINE_SQL, _SEND_TYPES
+)
+
+
+def baseline_statement_values(params: dict[str, Any]) -> list[bytes | None]:
+    """The baseline statement's parameters (``prepare_baseline_params``) as the
+    node binds a send's: encoded once, in the prepared statement's order."""
+    return [text_param(params[name]) for name in _BASELINE_NAMES]
+
+
+async def run_baseline(conn: TrioConnection, values: Sequence[bytes | None]) -> list[Any]:
+    """The raw send statement, committed through the call the node's sends
+    take (``run_prepared``): the bench's raw phase and bare relay time the
+    statement, not a slower driver path."""
+    with map_errors():
+        return await conn.run_prepared(_BASELINE, values)
 
 
 # The node marks a realtime row delivered after fan-out; the raw statement has

@@ -40,6 +40,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
 import msgspec
@@ -124,6 +125,26 @@ class Prepared:
         converted = re.sub(r"%\((\w+)\)s|%%|%", convert, sql)
         oids = tuple(types[key] for key in order)
         return cls(name.encode(), converted.encode(), oids), tuple(order)
+
+
+# A text[] parameter's items, quoted as PostgreSQL's array input reads them.
+_ARRAY_ITEM_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"'})
+
+
+def text_param(value: object) -> bytes | None:
+    """A parameter of a :class:`Prepared` statement in PostgreSQL's text format."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, datetime):
+        return value.isoformat().encode()
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds()} seconds".encode()
+    if isinstance(value, list | tuple | frozenset):
+        quoted = ('"' + str(item).translate(_ARRAY_ITEM_ESCAPES) + '"' for item in value)
+        return ("{" + ",".join(quoted) + "}").encode()
+    return str(value).encode()
 
 
 _POLL_MASKS = {

@@ -25,7 +25,7 @@ from actors.model import Member
 from actors.ports import ReactionOutcome, ReactionWrite
 from actors.reactions import SHOWN_MEMBERS, ReactionSummary, StoredReaction
 from storage.errors import map_errors
-from storage.pg import Prepared, TrioConnection
+from storage.pg import Prepared, TrioConnection, text_param
 from storage.visibility import BOUND, Viewer, ViewerTerms, readable_join
 
 # Distinct emoji one message may carry (the 21st is refused).
@@ -205,26 +205,6 @@ _GROUP, _GROUP_NAMES = Prepared.from_named("scopenode_react_group_v1", REACT_GRO
 _encoder = msgspec.json.Encoder()
 
 
-# A text[] parameter's items, quoted as PostgreSQL's array input reads them.
-_ARRAY_ITEM_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"'})
-
-
-def _text(value: object) -> bytes | None:
-    """A parameter in PostgreSQL's text format (the types above)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return b"t" if value else b"f"
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, int):
-        return str(value).encode()
-    if isinstance(value, list | tuple | frozenset):
-        quoted = ('"' + str(item).translate(_ARRAY_ITEM_ESCAPES) + '"' for item in value)
-        return ("{" + ",".join(quoted) + "}").encode()
-    raise TypeError(f"no text form for {type(value).__name__}")
-
-
 def _outcome(row: Sequence[Any]) -> ReactionOutcome:
     fenced, found, reason, author_id, seq, created_at, room, changed = row
     return ReactionOutcome(
@@ -305,7 +285,7 @@ async def react(
     params = react_params(viewer, scope_id, generation, message_id, emoji, wake)
     stmt, names = (_ADD, _ADD_NAMES) if op == "add" else (_REMOVE, _REMOVE_NAMES)
     with map_errors():
-        rows = await conn.run_prepared(stmt, [_text(params[name]) for name in names])
+        rows = await conn.run_prepared(stmt, [text_param(params[name]) for name in names])
     return _outcome(rows[0])
 
 
@@ -354,10 +334,7 @@ async def react_many(
         "in_thread": in_thread,
         "grant_scopes": grant_scopes,
     }
-    encoded = [
-        value if isinstance(value, bytes) else _text(value)
-        for value in (params[name] for name in _GROUP_NAMES)
-    ]
+    encoded = [text_param(params[name]) for name in _GROUP_NAMES]
     with map_errors():
         found = await conn.run_prepared(_GROUP, encoded)
     assert [row[0] for row in found] == list(range(len(writes)))

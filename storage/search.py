@@ -32,7 +32,7 @@ from actors.search_query import ParsedQuery
 from protocol.text import TextKind, text_problem
 from storage.errors import map_errors
 from storage.messages import ReadableMessage, message_from_row
-from storage.pg import Prepared, TrioConnection
+from storage.pg import Prepared, TrioConnection, text_param
 from storage.search_sql import Filters, Sizes, Sort, Strategy, build_query, pick, walkable
 from storage.search_terms import term_stats
 
@@ -82,22 +82,18 @@ class _Unknown(dict[str, int]):
 _ALL_UNKNOWN = _Unknown()
 
 
-# A text[] parameter's items, quoted as PostgreSQL's array input reads them.
-_ARRAY_ITEM_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"'})
-
-
-def _text(value: object) -> bytes | None:
-    """A parameter in PostgreSQL's text format."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return b"t" if value else b"f"
-    if isinstance(value, datetime):
-        return value.isoformat().encode()
-    if isinstance(value, list | tuple):
-        quoted = ('"' + str(item).translate(_ARRAY_ITEM_ESCAPES) + '"' for item in value)
-        return ("{" + ",".join(quoted) + "}").encode()
-    return str(value).encode()
+async def run_query(conn: TrioConnection, statement: str, params: dict[str, Any]) -> list[Any]:
+    """A built search statement through the node's call: prepared once per
+    statement text, parameters in text format, without JIT. The bench's raw
+    queries take it too, so they time the statement, not a slower path."""
+    stmt, names = _prepare(statement)
+    with map_errors():
+        if conn not in _without_jit:
+            # The plan holds three strategies and is costed as if all ran, over
+            # jit_above_cost: compiling it would take longer than any search.
+            await conn.execute("SET jit = off", prepare=False)
+            _without_jit.add(conn)
+        return await conn.run_prepared(stmt, [text_param(params.get(name)) for name in names])
 
 
 def _fingerprint(query: str, filters: Filters, sort: Sort) -> str:
@@ -213,14 +209,7 @@ async def search(
         estimate=estimate,
         strategy=strategy,
     )
-    stmt, names = _prepare(statement)
-    with map_errors():
-        if conn not in _without_jit:
-            # The plan holds three strategies and is costed as if all ran, over
-            # jit_above_cost: compiling it would take longer than any search.
-            await conn.execute("SET jit = off", prepare=False)
-            _without_jit.add(conn)
-        rows = await conn.run_prepared(stmt, [_text(params.get(name)) for name in names])
+    rows = await run_query(conn, statement, params)
     if rows and rows[0][-1] is not None:
         _remember_sizes(key, Sizes(float(rows[0][-2]), float(rows[0][-1])))
     hits = [

@@ -1,0 +1,121 @@
+"""The bench's raw phases and bare relay commit through the node's own statement call.
+
+A baseline timed through a slower driver path than the node's would flatter
+the node. Every statement here is recorded at ``TrioConnection`` (the
+connection type the node uses): the node's send, the raw send phase, the bare
+relay's lone and group commits, and the raw search all go through
+``run_prepared``, and none of them through psycopg's generic ``execute``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.search_query import parse
+from bench import relayfloor
+from bench.dbbaseline import DbPlan, measure_db
+from storage import applier, search_sql
+from storage import search as stored_search
+from storage.pg import Prepared, TrioConnection, connect
+from tests.nodes import make_channel, running_world
+
+SEND = b"scopenode_send_v2"
+BASELINE = b"scopenode_send_baseline_v1"
+GROUP = b"scopenode_send_group_v2"
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.prepared: list[bytes] = []
+        self.executed: list[str] = []
+
+    def count(self, name: bytes) -> int:
+        return self.prepared.count(name)
+
+    def executed_any(self, *statements: str) -> bool:
+        return any(s in sql for sql in self.executed for s in statements)
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
+    seen = Calls()
+    run_prepared = TrioConnection.run_prepared
+    execute = TrioConnection.execute
+
+    async def recording_run_prepared(
+        self: TrioConnection, stmt: Prepared, params: Sequence[bytes | None]
+    ) -> list[tuple[Any, ...]]:
+        seen.prepared.append(stmt.name)
+        return await run_prepared(self, stmt, params)
+
+    async def recording_execute(self: TrioConnection, query: Any, *args: Any, **kw: Any) -> Any:
+        seen.executed.append(query.decode() if isinstance(query, bytes) else str(query))
+        return await execute(self, query, *args, **kw)
+
+    monkeypatch.setattr(TrioConnection, "run_prepared", recording_run_prepared)
+    monkeypatch.setattr(TrioConnection, "execute", recording_execute)
+    return seen
+
+
+async def test_the_node_sends_through_run_prepared(
+    database_url: str, tmp_path: Path, calls: Calls
+) -> None:
+    async with running_world(database_url, tmp_path) as world:
+        alice = await world.member("alice")
+        async with world.client(alice) as client:
+            await make_channel(client, "path")
+            before = calls.count(SEND)
+            await client.send("#path", "one")
+            assert calls.count(SEND) == before + 1
+    assert not calls.executed_any(applier.SEND_MESSAGE)
+
+
+async def test_the_raw_send_phase_takes_the_same_call(database_url: str, calls: Calls) -> None:
+    plan = DbPlan(sequential=5, concurrency=(2,), duration_s=0.3, per_scope=1)
+    result = await measure_db(database_url, plan)
+    sent = result["sequential"]["count"] + result["concurrent"]["2"]["transactions"]
+    assert sent >= 7
+    assert calls.count(BASELINE) == sent
+    assert not calls.executed_any(applier.RAW_SEND_BASELINE_SQL)
+
+
+async def test_the_bare_relay_commits_lone_and_group_sends_through_the_same_call(
+    database_url: str, calls: Calls
+) -> None:
+    conn = await connect(database_url, autocommit=True)
+    try:
+        scopes = await relayfloor.send_scopes(conn, 2)
+        relay = relayfloor.SendRelay([conn], scopes)
+        (lone,) = await relay.commit_lone(conn, 0, -1)
+        relay.latest[0] = lone
+        group = await relay.commit_group(conn, [(0, -1), (1, -1), (0, -1)])
+    finally:
+        await conn.close()
+    assert group == [lone + 1, 1, lone + 2]
+    assert calls.count(BASELINE) == 1
+    assert calls.count(GROUP) == 1
+    assert not calls.executed_any(applier.RAW_SEND_BASELINE_SQL, applier.SEND_GROUP)
+
+
+async def test_the_raw_search_takes_the_nodes_call(database_url: str, calls: Calls) -> None:
+    statement, params = search_sql.build_query(
+        parse("hello"),
+        search_sql.Filters(workspace_id="ws_none"),
+        {},
+        sort="recent",
+        limit=20,
+        after=None,
+        raw=True,
+        within=None,
+    )
+    conn = await connect(database_url, autocommit=True)
+    try:
+        assert await stored_search.run_query(conn, statement, params) == []
+    finally:
+        await conn.close()
+    assert len([n for n in calls.prepared if n.startswith(b"scopenode_search_")]) == 1
+    assert statement not in calls.executed
