@@ -89,7 +89,7 @@ async def serve_node(
     ):
         marker = DeliveredMarker(pool)
         metrics = Metrics()
-        hub = Hub(marker.add)
+        hub = Hub(marker.add, metrics.delivery.observe)
         committer = None
         if settings.commit_lanes > 0:
             committer = GroupCommitter(
@@ -101,7 +101,7 @@ async def serve_node(
             metrics.gauges["group_commit_sends"] = lambda: float(group.plans_committed)
         registry = ActorRegistry(
             nursery,
-            PgScopeStore(pool, committer),
+            PgScopeStore(pool, committer, on_commit=metrics.send_commit.observe),
             hub,
             idle_timeout=settings.actor_idle_timeout,
             on_send=metrics.on_send,

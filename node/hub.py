@@ -38,9 +38,11 @@ event only as a wake. The other node pushes the same bytes and honours
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Protocol
 
 import structlog
@@ -161,7 +163,14 @@ def _workspace_of(session: LiveSession) -> str | None:
 
 
 class Hub:
-    def __init__(self, on_delivered: Callable[[Sequence[str]], None]) -> None:
+    def __init__(
+        self,
+        on_delivered: Callable[[Sequence[str]], None],
+        on_delivery: Callable[[float], None] | None = None,
+    ) -> None:
+        """``on_delivered(outbox keys)``: realtime rows pushed here;
+        ``on_delivery(seconds)``: a message's age when its events were queued."""
+        self._on_delivery = on_delivery
         self._sessions: dict[str, set[LiveSession]] = defaultdict(set)
         # Members with a live session here by workspace (None: not known), so
         # the relay asks about the members of one workspace, not the node's.
@@ -349,9 +358,16 @@ class Hub:
             for session, events in batches.items():
                 session.deliver_events(scope_id, events)
                 self.events_published += len(events)
+            self.observe_delivery(plan.intent.created_at for plan, _ in sends)
         for session, wake_id, wake in wakes:
             session.push_wake(wake_id, wake)
         self._on_delivered(delivered)
+
+    def observe_delivery(self, created: Iterable[datetime]) -> None:
+        if self._on_delivery is not None:
+            now = time.time()
+            for at in created:
+                self._on_delivery(max(0.0, now - at.timestamp()))
 
     def publish_thread(self, activity: ThreadActivity) -> None:
         """``threadUpdated`` to the thread's readers (the parent's public readers

@@ -7,6 +7,7 @@ so a scraper sees the family (and a rate of 0) from the node's first scrape.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
@@ -36,6 +37,51 @@ GAUGE_HELP = {
 
 Labels = Mapping[str, str]
 
+# Upper bounds (seconds) of the latency histograms' buckets: a send on an idle
+# node takes about a millisecond, a search ten, a slow one a second or more.
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
+)  # fmt: skip
+
+
+class Histogram:
+    """Observations counted into fixed buckets (Prometheus ``histogram``)."""
+
+    __slots__ = ("bounds", "counts", "sum", "total")
+
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last: over every bound
+        self.total = 0
+        self.sum = 0.0
+
+    def observe(self, value: float, times: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += times
+        self.total += times
+        self.sum += value * times
+
+    def samples(self, name: str) -> Iterable[tuple[str, Labels, float]]:
+        running = 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            running += count
+            yield f"{name}_bucket", {"le": _number(bound)}, running
+        yield f"{name}_bucket", {"le": "+Inf"}, self.total
+        yield f"{name}_sum", {}, self.sum
+        yield f"{name}_count", {}, self.total
+
+
+HISTOGRAM_HELP = {
+    "send_commit_seconds": (
+        "Time from an actor handing a send to the database to its commit, per send."
+    ),
+    "send_reply_seconds": "Time from the node taking up a send request to its reply, per send.",
+    "delivery_seconds": (
+        "Time from a message's creation on the node that took it to its events queued"
+        " on this node's sessions, per message."
+    ),
+    "search_seconds": "Time of a search request, from its turn to its answer.",
+}
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -47,6 +93,11 @@ class Metrics:
         self.errors: Counter[str] = Counter()
         self.gauges: dict[str, Callable[[], float]] = {}
         self.outbox_states: dict[str, int] = {}
+        self.histograms = {name: Histogram() for name in HISTOGRAM_HELP}
+        self.send_commit = self.histograms["send_commit_seconds"]
+        self.send_reply = self.histograms["send_reply_seconds"]
+        self.delivery = self.histograms["delivery_seconds"]
+        self.search = self.histograms["search_seconds"]
 
     def set_outbox_states(self, counts: dict[str, int]) -> None:
         self.outbox_states = dict(counts)
@@ -128,6 +179,8 @@ class Metrics:
                 "Entries of each capped cache (docs/operations.md has every cap).",
                 (({"cache": name}, entries) for name, entries in caches),
             )
+        for name, histogram in self.histograms.items():
+            _histogram(out, f"scopenode_{name}", HISTOGRAM_HELP[name], histogram)
         for name, read in sorted(self.gauges.items()):
             help_text = GAUGE_HELP.get(name, name.replace("_", " ").capitalize() + ".")
             _family(out, f"scopenode_{name}", "gauge", help_text, [({}, read())])
@@ -143,11 +196,18 @@ def _family(
 ) -> None:
     out.append(f"# HELP {name} {_escape_help(help_text)}")
     out.append(f"# TYPE {name} {type_}")
-    for labels, value in samples:
-        rendered = ",".join(f'{key}="{_escape_label(val)}"' for key, val in labels.items())
-        out.append(
-            f"{name}{{{rendered}}} {_number(value)}" if rendered else f"{name} {_number(value)}"
-        )
+    out.extend(_sample(name, labels, value) for labels, value in samples)
+
+
+def _histogram(out: list[str], name: str, help_text: str, histogram: Histogram) -> None:
+    out.append(f"# HELP {name} {_escape_help(help_text)}")
+    out.append(f"# TYPE {name} histogram")
+    out.extend(_sample(*sample) for sample in histogram.samples(name))
+
+
+def _sample(name: str, labels: Labels, value: float) -> str:
+    rendered = ",".join(f'{key}="{_escape_label(val)}"' for key, val in labels.items())
+    return f"{name}{{{rendered}}} {_number(value)}" if rendered else f"{name} {_number(value)}"
 
 
 def _escape_help(text: str) -> str:

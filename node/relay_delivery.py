@@ -232,6 +232,10 @@ class Delivery:
             session.deliver_events(scope_id, events)
             self.events_relayed += len(events)
         self._hub.events_published += sum(len(e) for e in batches.values())
+        if batches:
+            self._hub.observe_delivery(
+                r.message.created_at for r in rows if r.message.seq in wanted
+            )
         await self._wake_daemons(scope_id, [row for row in rows if row.message.seq in wanted])
 
     async def _read(

@@ -8,6 +8,7 @@ session's :class:`~node.outbound.Outbound`.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import structlog
@@ -446,23 +447,27 @@ class Session:
     async def _send(self, request: Send) -> None:
         member = self.member
         assert member is not None
+        taken = time.perf_counter()
         try:
             await submit_send(
                 self.services,
                 member,
                 request,
                 self.capabilities,
-                lambda result: self._send_reply(request.id, result),
+                lambda result: self._send_reply(request.id, result, taken),
             )
         except OperationError as exc:
             self._error(request.id, exc.code, exc.message, exc.details)
 
-    def _send_reply(self, request_id: int | str, result: SendResult | OperationError) -> None:
+    def _send_reply(
+        self, request_id: int | str, result: SendResult | OperationError, taken: float
+    ) -> None:
         if isinstance(result, OperationError):
             self._error(request_id, result.code, result.message, result.details)
         else:
             self.services.hub.hold_reply(self.outbound)
             self.push(encode(Reply(id=request_id, op="send", result=result)))
+            self.services.metrics.send_reply.observe(time.perf_counter() - taken)
 
     # ------------------------------------------------------------ outbound
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from actors.model import IdempotencyRecord, Member, NotificationState, ScopeSnapshot
@@ -25,9 +26,16 @@ from storage.pool import Pool
 
 
 class PgScopeStore:
-    def __init__(self, pool: Pool, committer: GroupCommitter | None = None) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        committer: GroupCommitter | None = None,
+        on_commit: Callable[[float, int], None] | None = None,
+    ) -> None:
+        """``on_commit(seconds, sends)``: how long each batch of sends took to commit."""
         self._pool = pool
         self._committer = committer
+        self._on_commit = on_commit
 
     async def load_scope(self, scope_id: str) -> ScopeSnapshot:
         async with self._pool.connection() as conn:
@@ -50,10 +58,15 @@ class PgScopeStore:
             return await messages.find_idempotent(conn, scope_id, author_id, client_message_id)
 
     async def apply_sends(self, plans: Sequence[MessagePlan]) -> list[CommittedSend]:
+        started = time.perf_counter()
         if self._committer is not None:
-            return await self._committer.apply(plans)
-        async with self._pool.connection() as conn:
-            return await applier.apply_sends(conn, plans)
+            committed = await self._committer.apply(plans)
+        else:
+            async with self._pool.connection() as conn:
+                committed = await applier.apply_sends(conn, plans)
+        if self._on_commit is not None:
+            self._on_commit(time.perf_counter() - started, len(committed))
+        return committed
 
     async def join(
         self,

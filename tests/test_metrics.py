@@ -10,7 +10,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from node.client import ClientError, ConnectionClosed, open_client
-from node.metrics import Metrics
+from node.metrics import LATENCY_BUCKETS, Metrics
 from tests.nodes import World, running_node
 
 
@@ -20,7 +20,7 @@ def families(text: str) -> dict[str, object]:
     assert parsed
     for name, family in parsed.items():
         assert family.documentation, f"{name}: no HELP"
-        assert family.type in ("counter", "gauge"), f"{name}: TYPE {family.type}"
+        assert family.type in ("counter", "gauge", "histogram"), f"{name}: TYPE {family.type}"
         assert family.samples, f"{name}: no samples"
     # Exactly one HELP and one TYPE line per family, each before its samples.
     helps = [line.split()[2] for line in text.splitlines() if line.startswith("# HELP ")]
@@ -75,6 +75,28 @@ def test_counts_gauges_and_escaped_labels() -> None:
     assert samples(text, "scopenode_something_new")[()] == 1.5
 
 
+def test_histograms_count_into_cumulative_buckets() -> None:
+    metrics = Metrics()
+    for seconds in (0.0003, 0.0005, 0.004, 0.004, 30.0):
+        metrics.search.observe(seconds)
+    metrics.send_commit.observe(0.0015, 3)  # one batch of three sends
+    text = metrics.render()
+    parsed = families(text)
+    assert parsed["scopenode_search_seconds"].type == "histogram"
+    buckets = samples(text, "scopenode_search_seconds_bucket")
+    assert buckets[(("le", "0.0005"),)] == 2  # an upper bound is inclusive
+    assert buckets[(("le", "0.002"),)] == 2
+    assert buckets[(("le", "0.005"),)] == 4
+    assert buckets[(("le", "10.0"),)] == 4
+    assert buckets[(("le", "+Inf"),)] == 5
+    assert len(buckets) == len(LATENCY_BUCKETS) + 1
+    assert samples(text, "scopenode_search_seconds_count")[()] == 5
+    assert samples(text, "scopenode_search_seconds_sum")[()] == pytest.approx(30.0088)
+    assert samples(text, "scopenode_send_commit_seconds_count")[()] == 3
+    assert samples(text, "scopenode_send_commit_seconds_bucket")[(("le", "0.002"),)] == 3
+    assert samples(text, "scopenode_delivery_seconds_count")[()] == 0
+
+
 async def http_get(port: int, path: str) -> tuple[bytes, str]:
     with trio.fail_after(10):
         stream = await trio.open_tcp_stream("127.0.0.1", port)
@@ -95,6 +117,7 @@ async def test_metrics_endpoint_of_a_running_node(database_url: str, tmp_path: P
         async with world.client(ann) as client:
             await client.request("createChannel", slug="room", name="Room")
             assert (await client.send("#room", "counted"))["state"] == "sent"
+            await client.request("search", query="counted")
             with pytest.raises(ClientError):
                 await client.request("join", scopeId="scp_missing")  # an error frame
         with pytest.raises(ConnectionClosed):
@@ -108,3 +131,7 @@ async def test_metrics_endpoint_of_a_running_node(database_url: str, tmp_path: P
     assert samples(text, "scopenode_sends_total")[(("state", "sent"),)] >= 1
     assert samples(text, "scopenode_sessions_opened_total")[()] >= 1
     assert sum(samples(text, "scopenode_errors_total").values()) >= 1
+    # Each latency histogram counted the send (its commit, reply and delivery) and the search.
+    for name in ("send_commit", "send_reply", "delivery", "search"):
+        assert samples(text, f"scopenode_{name}_seconds_count")[()] >= 1, name
+        assert samples(text, f"scopenode_{name}_seconds_sum")[()] > 0, name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from actors.search_query import QueryError, highlights, parse
@@ -29,6 +30,7 @@ async def search(ctx: Context, request: Search) -> dict[str, Any]:
     filters = Filters(member.workspace_id, request.scope_id, request.author_id)
     # The per-scope rights are evaluated per row by the statement itself.
     viewer = Viewer(member, public_reader=False, grant_scopes=()).params()
+    started = time.perf_counter()
     async with ctx.services.pool.connection() as conn:
         try:
             results = await index.search(
@@ -60,6 +62,7 @@ async def search(ctx: Context, request: Search) -> dict[str, Any]:
                 "highlights": [list(span) for span in highlights(message.content, parsed)],
             }
         )
+    ctx.services.metrics.search.observe(time.perf_counter() - started)
     return {
         "hits": hits,
         "nextCursor": results.next_cursor,
