@@ -6,9 +6,10 @@ send statement runs at concurrency ``n`` over as many scopes
 (:mod:`bench.dbbaseline`, the node idle) and the throughput workload with
 ``n`` senders, back to back, so each ratio compares figures taken seconds
 apart under the same noise; each phase starts right after a ``CHECKPOINT``.
-With ``rounds`` > 1 the pair is repeated, the node going first every other
-round, and the point reports the median of each figure (its ratio the median
-of the rounds' ratios), the rounds kept beside it. Node
+With ``rounds`` > 1 the phases are repeated, their order rotated each round
+(raw, node, floor; node, floor, raw; …), and the point reports the median of
+each figure (its ratio the median of the rounds' ratios, with their spread),
+the rounds kept beside it. Node
 CPU per send comes from ``/proc/<pid>/stat`` over the measured window; the
 load average is recorded with every point (the machine may be shared).
 Every phase is bounded: ``duration`` seconds and ``max_sends`` sends per
@@ -27,7 +28,7 @@ from typing import Any
 
 from bench.dbbaseline import DbPlan, checkpoint, measure_db
 from bench.relayfloor import open_send_floor
-from bench.stats import MachineCpu
+from bench.stats import MachineCpu, rotated, spread
 from bench.workloads import throughput
 from bench.workloads.common import Env, WorkloadResult, ratio
 
@@ -66,11 +67,8 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
         for senders in plan.points:
             if per_scope > 1 and senders < per_scope:
                 continue
-            # Every other round the node goes first, so a drift of the
-            # machine's speed within a point favours neither side.
             rounds = [
-                await _round(env, dsn, plan, senders, per_scope, node_first=r % 2 == 1)
-                for r in range(plan.rounds)
+                await _round(env, dsn, plan, senders, per_scope, r) for r in range(plan.rounds)
             ]
             point = _combine(rounds)
             if per_scope == 1:
@@ -83,17 +81,25 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
 
 
 async def _round(
-    env: Env, dsn: str, plan: CurvePlan, senders: int, per_scope: int, *, node_first: bool
+    env: Env, dsn: str, plan: CurvePlan, senders: int, per_scope: int, r: int
 ) -> dict[str, Any]:
-    """One raw phase and one node phase at this point, each after a ``CHECKPOINT``."""
+    """The raw, node and (with ``relay_floor``) floor phases at this point, each
+    after a ``CHECKPOINT``, in the order of round ``r`` (rotated each round:
+    a drift of the machine's speed within a point favours none of them)."""
     load_before = _load()
-    if node_first:
-        node = await _node_phase(env, dsn, plan, senders, per_scope)
-        level, raw_cpu = await _raw_phase(env, dsn, plan, senders, per_scope)
-    else:
-        level, raw_cpu = await _raw_phase(env, dsn, plan, senders, per_scope)
-        node = await _node_phase(env, dsn, plan, senders, per_scope)
-    floor = await _floor_phase(env, dsn, plan, senders, per_scope) if plan.relay_floor else {}
+    order = rotated(["raw", "node", "floor"] if plan.relay_floor else ["raw", "node"], r)
+    level: dict[str, Any] = {}
+    floor: dict[str, Any] = {}
+    raw_cpu: dict[str, float] | None = None
+    node: WorkloadResult | None = None
+    for name in order:
+        if name == "raw":
+            level, raw_cpu = await _raw_phase(env, dsn, plan, senders, per_scope)
+        elif name == "node":
+            node = await _node_phase(env, dsn, plan, senders, per_scope)
+        else:
+            floor = await _floor_phase(env, dsn, plan, senders, per_scope)
+    assert node is not None
     res = node.results
     node_cpu = node.cpu.node_cpu_s
     sends = res["sends"]
@@ -123,9 +129,11 @@ async def _round(
         "errors": res["errors"],
         "load_avg_1m": [load_before, _load()],
         "at": time.strftime("%H:%M:%S"),
+        "order": order,
     }
     if floor:
         point["floor_ratio"] = ratio(floor["floor_sends_per_s"], level["tx_per_s"])
+        point["node_over_floor"] = ratio(res["sends_per_s"], floor["floor_sends_per_s"])
     return point
 
 
@@ -210,6 +218,10 @@ def _combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     point["errors"] = dict(sum((Counter(r["errors"]) for r in rounds), Counter()))
     point["load_avg_1m"] = [rounds[0]["load_avg_1m"][0], rounds[-1]["load_avg_1m"][1]]
     point["rounds"] = rounds
+    # How far the rounds' own ratios spread around the median above.
+    for key in ("ratio", "floor_ratio", "node_over_floor"):
+        if any(r.get(key) is not None for r in rounds):
+            point[f"{key}_spread"] = spread([r.get(key) for r in rounds])
     return point
 
 

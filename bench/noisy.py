@@ -34,7 +34,6 @@ import itertools
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -52,7 +51,7 @@ from bench.nodeproc import NodeUnderTest, open_node
 from bench.options import Size, add_target_options, bench_parser, fill_sizes
 from bench.progress import Progress
 from bench.provision import make_provisioner
-from bench.stats import Latency, machine, proc_cpu_s, raise_fd_limit
+from bench.stats import Latency, machine, proc_cpu_s, raise_fd_limit, spread
 from bench.workloads.common import create_channel, open_sessions
 from node.config import LIMIT_FIELDS, Settings
 from node.limits import RAISED_LIMITS_ENV
@@ -451,17 +450,6 @@ def _ratio(num: float, den: float) -> float | None:
     return round(num / den, 3) if den else None
 
 
-def _spread(values: Sequence[float | None]) -> dict[str, float | None]:
-    known = [v for v in values if v is not None]
-    if not known:
-        return {"median": None, "min": None, "max": None}
-    return {
-        "median": round(statistics.median(known), 3),
-        "min": round(min(known), 3),
-        "max": round(max(known), 3),
-    }
-
-
 def _flood_figures(
     phases: Sequence[Phase], kind: str, rate: float, burst: float, first_flood: float, last: float
 ) -> dict[str, Any] | None:
@@ -578,8 +566,8 @@ def summarise(
             "flood": noisy,
             "p50_ratio": p50_ratio,
             "p99_ratio": p99_ratio,
-            "rounds_p50_ratio": _spread([r["p50_ratio"] for r in rounds]),
-            "rounds_p99_ratio": _spread([r["p99_ratio"] for r in rounds]),
+            "rounds_p50_ratio": spread([r["p50_ratio"] for r in rounds]),
+            "rounds_p99_ratio": spread([r["p99_ratio"] for r in rounds]),
             "rounds": rounds,
             "sends": len(cast.neighbour.samples),
             "flood_slowest_ms_at_s": slowest[:5],
@@ -611,8 +599,8 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"neighbour send, quiet  p50/p99 {q['p50_ms']:.2f}/{q['p99_ms']:.2f} ms (n={q['count']})",
         f"neighbour send, flood  p50/p99 {x['p50_ms']:.2f}/{x['p99_ms']:.2f} ms (n={x['count']})",
-        f"flood/quiet  p50 {n['p50_ratio']} (rounds {_fmt_spread(n['rounds_p50_ratio'])})"
-        f"  p99 {n['p99_ratio']} (rounds {_fmt_spread(n['rounds_p99_ratio'])})",
+        f"flood/quiet  p50 {n['p50_ratio']} (rounds {_fmtspread(n['rounds_p50_ratio'])})"
+        f"  p99 {n['p99_ratio']} (rounds {_fmtspread(n['rounds_p99_ratio'])})",
     ]
     for kind in ("sends", "searches"):
         k = f[kind]
@@ -632,7 +620,7 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _fmt_spread(spread: dict[str, float | None]) -> str:
+def _fmtspread(spread: dict[str, float | None]) -> str:
     return f"median {spread['median']}, {spread['min']}-{spread['max']}"
 
 

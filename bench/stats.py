@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import statistics
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from hdrh.histogram import HdrHistogram
 
@@ -158,3 +160,38 @@ def raise_fd_limit() -> int:
         except (ValueError, OSError):
             pass
     return soft
+
+
+T = TypeVar("T")
+
+
+def rotated(items: Sequence[T], r: int) -> list[T]:
+    """``items`` started at place ``r``: over ``len(items)`` rounds every item
+    takes every place once (a Latin square), so a machine that speeds up or
+    slows down during a run favours none of them."""
+    k = r % len(items) if items else 0
+    return [*items[k:], *items[:k]]
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float | None]:
+    """The median, min and max of per-round figures (rounds without one left out)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return {"median": None, "min": None, "max": None}
+    return {
+        "median": round(statistics.median(known), 3),
+        "min": round(min(known), 3),
+        "max": round(max(known), 3),
+    }
+
+
+def ratio_spread(
+    rounds: Sequence[dict[str, Any]], numerator: str, denominator: str
+) -> dict[str, float | None]:
+    """The spread of ``numerator / denominator`` over the rounds that have both."""
+    return spread(
+        [
+            r[numerator] / r[denominator] if r.get(numerator) and r.get(denominator) else None
+            for r in rounds
+        ]
+    )

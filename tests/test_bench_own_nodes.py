@@ -58,6 +58,9 @@ def test_curve_reports_every_point_with_its_raw_statement_and_machine_cpu(
         assert point["sends"] == sum(r["sends"] for r in point["rounds"])
         assert point["floor_sends_per_s"] > 0
         assert point["floor_ratio"] is not None
+        assert point["node_over_floor"] is not None
+        assert [r["order"][0] for r in point["rounds"]] == ["raw", "node"]
+        assert point["ratio_spread"]["min"] <= point["ratio"] <= point["ratio_spread"]["max"]
         assert point["floor_sends_per_statement"] >= 1.0
     table = render(curve)
     assert len(table.splitlines()) == 2 + len(curve["points"])

@@ -22,6 +22,7 @@ import pytest
 from bench.cli import main
 from bench.nodeproc import free_port
 from bench.provision import scopenode_cmd
+from bench.workloads import reactions
 
 pytestmark = pytest.mark.slow
 
@@ -154,7 +155,11 @@ def test_reactions_reach_every_reader_and_time_the_raw_statement(
     assert results["changed"] == {"True": results["reactions"]}
     assert results["deliveries"] == results["expected_deliveries"] == 3 * results["reactions"]
     assert results["delivery_latency"]["count"] == results["deliveries"]
-    assert results["ping_round_trip"]["count"] == 3 * 200
+    assert results["ping_round_trip"]["count"] == reactions.ROUNDS * reactions.PINGS
+    # The phases take turns, the order rotated each round.
+    orders = [r["order"] for r in results["rounds"]]
+    assert orders[:2] == [["raw", "node"], ["node", "raw"]]
+    assert results["rounds_node_over_raw_p50"]["median"] is not None
     raw = results["raw_statement"]
     assert raw["ok"]
     assert raw["count"] > 0
@@ -176,3 +181,5 @@ def test_the_relay_floor_answers_every_reaction_and_reaches_every_reader(
     assert floor["changed"] == floor["count"]
     assert floor["deliveries"] == floor["expected_deliveries"] == 3 * floor["count"]
     assert report["ratios"]["relay_floor_p50_over_raw_statement_p50"] is not None
+    assert {r["order"][0] for r in report["results"]["rounds"]} == {"raw", "node", "floor"}
+    assert report["results"]["rounds_node_over_floor_p50"]["median"] is not None

@@ -14,8 +14,11 @@ The raw baseline runs in the same run: the statements of ``storage.reactions``
 (``REACT_ADD`` / ``REACT_REMOVE``, through its own ``react`` function, the one
 the node's Applier calls) straight against the node's database, one
 autocommit connection per reactor, for the same (member, message, emoji)
-sequences. The two alternate in ``ROUNDS`` rounds (raw, then node) so the
-ratio compares phases seconds apart under the same load on a shared machine.
+sequences, and with ``--relay-floor`` the bare relay too. The phases take
+turns in ``ROUNDS`` rounds, the order rotated each round (raw, node, floor;
+then node, floor, raw; …) so that every phase holds every place equally
+often, and each round's node p50 over its raw and floor p50s is reported with
+its spread over the rounds (median, min, max) beside the pooled figures.
 Each op sequence ends with a remove, so every phase starts from messages
 without reactions. Every phase is bounded by its count and by time.
 """
@@ -42,7 +45,7 @@ from bench.relayfloor import (
     open_relay_floor,
     run_ops,
 )
-from bench.stats import Latency
+from bench.stats import Latency, ratio_spread, rotated
 from bench.workloads.common import (
     CpuWindow,
     Env,
@@ -52,7 +55,10 @@ from bench.workloads.common import (
     open_sessions,
 )
 
-ROUNDS = 3
+# Every phase takes every place in the order equally often (a Latin square
+# over the rounds): a machine whose speed drifts favours none of them.
+ROUNDS = 6
+PHASES = ("raw", "node", "floor")
 PINGS = 200
 DRAIN_S = 5.0
 CONTENT_PAD = "x" * 100
@@ -126,7 +132,10 @@ class RawReactions:
         self.latency = Latency("raw_reaction_statement")
         self.outcomes: Counter[str] = Counter()
 
-    async def run_phase(self, ops: list[list[Op]], duration_s: float) -> int:
+    async def run_phase(self, ops: list[list[Op]], duration_s: float, latency: Latency) -> int:
+        """The op sequences through the statements, timed into ``latency`` and
+        into ``self.latency``."""
+
         async def one(i: int, message_id: str, op: str) -> None:
             outcome = await self.reactors.react(i, message_id, op)
             # A fenced-out or unreadable outcome wrote nothing: it would make
@@ -136,7 +145,9 @@ class RawReactions:
             else:
                 self.outcomes["changed" if outcome.changed else "unchanged"] += 1
 
-        return await run_ops(ops, duration_s, self.latency, one)
+        done = await run_ops(ops, duration_s, latency, one)
+        self.latency.hist.add(latency.hist)
+        return done
 
 
 async def _open_raw(
@@ -236,7 +247,9 @@ async def run(
         # Joins and sends emit events to every reader: let them drain first.
         await trio.sleep(0.5)
 
-        async def reactor(i: int, s: Session, deadline: float, counts: list[int]) -> None:
+        async def reactor(
+            i: int, s: Session, deadline: float, counts: list[int], latency: Latency
+        ) -> None:
             for message_id, op in ops[i]:
                 key = (message_id, s.member_id, EMOJI, op)
                 deliveries.sent(key, start := time.perf_counter_ns())
@@ -248,24 +261,29 @@ async def run(
                     if not e.retryable:
                         return
                     continue
-                reply_lat.record_ns(time.perf_counter_ns() - start)
+                latency.record_ns(time.perf_counter_ns() - start)
                 counts[i] += 1
                 changed[str(bool(result.get("changed")))] += 1
                 if op == "remove" and time.monotonic() > deadline:
                     return
 
-        for r in range(ROUNDS):
-            entry: dict[str, Any] = {"round": r + 1, "load_avg_1m": [_load()]}
-            if raw is not None:
-                env.progress.phase(f"raw statement {r + 1}/{ROUNDS}", 1)
-                p0 = time.monotonic()
-                raw_ops = await raw.run_phase(ops, phase_s)
-                raw_s = time.monotonic() - p0
-                env.progress.close()
-                entry["raw_statements"] = raw_ops
-                entry["raw_per_s"] = round(raw_ops / raw_s, 1) if raw_s else 0.0
+        async def raw_phase(r: int, entry: dict[str, Any]) -> None:
+            assert raw is not None
+            env.progress.phase(f"raw statement {r + 1}/{ROUNDS}", 1)
+            latency = Latency("raw_round")
+            p0 = time.monotonic()
+            raw_ops = await raw.run_phase(ops, phase_s, latency)
+            raw_s = time.monotonic() - p0
+            env.progress.close()
+            entry["raw_statements"] = raw_ops
+            entry["raw_per_s"] = round(raw_ops / raw_s, 1) if raw_s else 0.0
+            entry["raw_p50_ms"] = latency.percentile_ms(50)
+
+        async def node_phase(r: int, entry: dict[str, Any]) -> None:
+            nonlocal node_elapsed, node_ops, cpu_node, cpu_gen
             env.progress.phase(f"reactions {r + 1}/{ROUNDS}", reactors * len(ops[0]))
             counts = [0] * reactors
+            latency = Latency("node_round")
             expected_before = await deliveries.arrived()
             window = env.cpu_window()
             window.start()
@@ -274,10 +292,11 @@ async def run(
             with trio.move_on_after(phase_s + env.timeout_s):
                 async with trio.open_nursery() as nursery:
                     for i, s in enumerate(rx):
-                        nursery.start_soon(reactor, i, s, deadline, counts)
+                        nursery.start_soon(reactor, i, s, deadline, counts, latency)
             elapsed = time.monotonic() - t0
             window.stop()
             env.progress.close()
+            reply_lat.hist.add(latency.hist)
             node_elapsed += elapsed
             node_ops += sum(counts)
             cpu_node += window.node_cpu_s or 0.0
@@ -288,6 +307,7 @@ async def run(
             entry.update(
                 reactions=sum(counts),
                 reactions_per_s=round(sum(counts) / elapsed, 1) if elapsed else 0.0,
+                node_p50_ms=latency.percentile_ms(50),
                 deliveries=arrived - expected_before,
                 expected_deliveries=sum(counts) * readers,
             )
@@ -297,13 +317,25 @@ async def run(
                 start = time.perf_counter_ns()
                 await rx[0].ping()
                 ping_lat.record_ns(time.perf_counter_ns() - start)
-            if floor is not None:
-                env.progress.phase(f"relay floor {r + 1}/{ROUNDS}", 1)
-                p0 = time.monotonic()
-                floor_ops = await floor.run_phase(ops, phase_s)
-                entry["relay_floor_reactions"] = floor_ops
-                entry["relay_floor_per_s"] = round(floor_ops / (time.monotonic() - p0), 1)
-                env.progress.close()
+
+        async def floor_phase(r: int, entry: dict[str, Any]) -> None:
+            assert floor is not None
+            env.progress.phase(f"relay floor {r + 1}/{ROUNDS}", 1)
+            latency = Latency("floor_round")
+            p0 = time.monotonic()
+            floor_ops = await floor.run_phase(ops, phase_s, latency)
+            entry["relay_floor_reactions"] = floor_ops
+            entry["relay_floor_per_s"] = round(floor_ops / (time.monotonic() - p0), 1)
+            entry["relay_floor_p50_ms"] = latency.percentile_ms(50)
+            env.progress.close()
+
+        phases = {"raw": raw_phase, "node": node_phase, "floor": floor_phase}
+        present = [name for name in PHASES if name == "node" or (raw if name == "raw" else floor)]
+        for r in range(ROUNDS):
+            order = rotated(present, r)
+            entry: dict[str, Any] = {"round": r + 1, "order": order, "load_avg_1m": [_load()]}
+            for name in order:
+                await phases[name](r, entry)
             entry["load_avg_1m"].append(_load())
             rounds.append(entry)
         delivered = await deliveries.finish()
@@ -334,6 +366,8 @@ async def run(
             round(1000 * cpu_node / node_ops, 3) if env.node.pid and node_ops else None
         ),
         "rounds": rounds,
+        "rounds_node_over_raw_p50": ratio_spread(rounds, "node_p50_ms", "raw_p50_ms"),
+        "rounds_node_over_floor_p50": ratio_spread(rounds, "node_p50_ms", "relay_floor_p50_ms"),
     }
     latencies = [reply_lat, deliveries.latency, ping_lat]
     if raw is not None:
