@@ -69,7 +69,7 @@ WORDS = tuple(f"{a}{b}" for a in ("ka", "lo", "mi", "su", "te") for b in ("ra", 
 
 SIZES = {
     "rounds": Size(5, 2, "quiet/flood pairs counted"),
-    "phase_s": Size(10.0, 2.0, "seconds of each phase"),
+    "phase_s": Size(60.0, 2.0, "seconds of each phase"),
     "sessions": Size(32, 4, "the flooder's sessions"),
 }
 
