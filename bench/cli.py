@@ -161,8 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("inline", "thread"),
         help="reactions, throughput --curve: also run every round through a bare relay "
         "(bench.relayfloor) that does only the statement(s) and the replies (reactions: and "
-        "the readers' events, written inline or from a thread): the floor of any Python "
-        "relay on this machine",
+        "the readers' events, written inline or from a thread): a floor to compare the node "
+        "with on this machine",
     )
     w.add_argument("--rate", type=float, default=0.0, help="fanout: sends/s (0: back to back)")
     w.add_argument("--window", type=int, default=32, help="fanout: sends in flight")

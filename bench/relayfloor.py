@@ -1,4 +1,4 @@
-"""The floor of a reaction, or a send, through any Python relay on this machine.
+"""A bare relay: a reaction, or a send, through a server that does nothing else.
 
 A reaction through the node is a WebSocket request, the reaction statement
 and a reply, then one ``reaction`` event to every reader. This server does
@@ -8,8 +8,9 @@ call the node's Applier makes (``storage.reactions.react``, one autocommit
 connection per reactor), one reply frame written straight to the socket,
 then the event's bytes (framed once) written to every reader socket, on trio
 in one process, as the node writes them. What it costs over the raw
-statement is the least any relay in Python pays here; the node's distance to
-it is what the node itself adds.
+statement is what this relay pays for a process boundary, a socket and a
+reply; the node's distance to it is an estimate of what the node itself adds
+(a better relay would lower the floor).
 
 ``--events thread`` writes the readers' events from a second thread instead,
 so the next request can be read and run while the events go out (the write
@@ -19,8 +20,11 @@ system calls release the interpreter's lock).
 the relay commits what is queued as the node's committer does — up to
 ``--lanes`` statements in flight, each taking every queued request whose
 scope has none in flight, a lone request as the raw send statement itself
-(``storage.applier.RAW_SEND_BASELINE_SQL``), several as the node's group
-statement (``storage.applier.run_group_rows``) — and replies after commit.
+(``storage.applier.run_baseline``), several as the node's group statement
+(``storage.applier.run_group_rows``), both through the prepared-statement
+call the node's sends take — and replies after commit. It does not wait to
+gather a lane's share as the node's committer may (``gather``), and it opens
+its connections for each phase.
 No actor, policy, plan, event or outbox delivery. Each scope is a baseline
 scope of its own (``storage.applier.baseline_values``); the outbox rows it
 leaves are settled when it stops, as the raw phase's are.
