@@ -23,10 +23,12 @@ from typing import Any
 import psycopg
 import trio
 
-from actors.model import MemberType
+from actors.model import Member, MemberType
 from node import logs
 from node.database import database_url_from_env, open_database, verify
-from storage import directory, scopes, search_index
+from protocol.invites import HANDLE_PATTERN
+from protocol.text import TextKind, text_problem
+from storage import directory, invites, scopes, search_index
 from storage.errors import (
     DatabaseUnavailable,
     EmbeddedPostgresError,
@@ -36,11 +38,17 @@ from storage.errors import (
 from storage.pg import TrioConnection, connect
 from storage.schema import SchemaError
 
-# The same patterns as the schema's CHECKs, so bad input is named before the
+# The same patterns as the schema's CHECKs (the handle's, shared with the
+# invite endpoint, is protocol.invites'), so bad input is named before the
 # database would answer with a constraint name.
-HANDLE_PATTERN = "[a-z0-9][a-z0-9_.-]{0,63}"
 SLUG_PATTERN = "[a-z0-9][a-z0-9_-]{0,79}"
 WORKSPACE_NAME_MAX = 200
+# Where an invite link points when no node has announced its web client on
+# this database: what `scopenode serve` listens on by default.
+DEFAULT_WEB_ORIGIN = "http://127.0.0.1:8765"
+_DURATION = re.compile(r"([1-9][0-9]{0,6})([smhd])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_INVITE_SECONDS = 366 * 86400
 # node/cli.py's exit code for a usage error; not imported from there, which
 # imports this module.
 USAGE_ERROR = 2
@@ -113,10 +121,7 @@ async def _create_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         raise CliError("--private: only agents can be private")
     if args.private and args.join:
         raise CliError("--join: a private agent joins channels through its owner (invite)")
-    slugs = [slug.removeprefix("#").lower() for slug in args.join]
-    for slug in slugs:
-        if not re.fullmatch(SLUG_PATTERN, slug):
-            raise CliError(f"--join: #{slug} is not a channel name ({SLUG_PATTERN})")
+    slugs = _slugs(args.join)
     async with await connect(dsn, autocommit=True) as conn:
         workspace_id = await _workspace(conn, args.workspace)
         if args.owner:
@@ -127,12 +132,7 @@ async def _create_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
                 raise CliError(f"--owner: {args.owner} is not a human member")
         if await directory.get_member_by_handle(conn, workspace_id, handle) is not None:
             raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}")
-        extra = []
-        for slug in slugs:
-            scope_id = await scopes.channel_by_slug(conn, workspace_id, slug)
-            if scope_id is None:
-                raise CliError(f"--join: no channel #{slug} in workspace {workspace_id}")
-            extra.append(scope_id)
+        extra = await _channels(conn, workspace_id, slugs)
         try:
             # One transaction: a member is never left half onboarded.
             async with conn.transaction():
@@ -153,6 +153,32 @@ async def _create_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}") from None
         channels = {c.scope_id: c.slug for c in await scopes.admin_channels(conn, workspace_id)}
     return {"memberId": member.id, "channels": [f"#{channels[s]}" for s in joined]}
+
+
+def _slugs(given: list[str]) -> list[str]:
+    slugs = [slug.removeprefix("#").lower() for slug in given]
+    for slug in slugs:
+        if not re.fullmatch(SLUG_PATTERN, slug):
+            raise CliError(f"--join: #{slug} is not a channel name ({SLUG_PATTERN})")
+    return slugs
+
+
+async def _channels(conn: TrioConnection, workspace_id: str, slugs: list[str]) -> list[str]:
+    """The scope ids of ``--join``'s channels, in order."""
+    found = []
+    for slug in slugs:
+        scope_id = await scopes.channel_by_slug(conn, workspace_id, slug)
+        if scope_id is None:
+            raise CliError(f"--join: no channel #{slug} in workspace {workspace_id}")
+        found.append(scope_id)
+    return found
+
+
+async def _member(conn: TrioConnection, member_id: str) -> Member:
+    member = await directory.get_member(conn, member_id)
+    if member is None:
+        raise CliError(f"--member: no member {member_id}")
+    return member
 
 
 async def _issue_token(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
@@ -200,8 +226,9 @@ async def _list_members(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
                 "private": m.is_private,
                 "ownerMemberId": m.owner_member_id,
                 "status": status,
+                "admin": admin,
             }
-            for m, status in members
+            for m, status, admin in members
         ],
     }
 
@@ -226,6 +253,117 @@ async def _list_channels(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             for c in channels
         ],
     }
+
+
+async def _create_channel(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    slug = args.slug.removeprefix("#").lower()
+    if not re.fullmatch(SLUG_PATTERN, slug):
+        raise CliError(f"--slug: must match {SLUG_PATTERN}")
+    if args.private and args.default:
+        # Every newcomer joins a default channel: it must be one anyone may join.
+        raise CliError("--default: a default channel is public")
+    name = args.name if args.name is not None else slug
+    if (problem := text_problem(name, TextKind.NAME)) is not None or not name:
+        raise CliError(f"--name: {problem or 'must not be empty'}")
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _workspace(conn, args.workspace)
+        if args.owner:
+            owner = await directory.get_member(conn, args.owner)
+            if owner is None or owner.workspace_id != workspace_id:
+                raise CliError(f"--owner: no member {args.owner} in workspace {workspace_id}")
+            if owner.type is not MemberType.HUMAN:
+                raise CliError(f"--owner: {args.owner} is not a human member")
+        else:
+            owner = await directory.channel_owner(conn, workspace_id)
+            if owner is None:
+                raise CliError(f"--owner: workspace {workspace_id} has no human to own it")
+        if await scopes.channel_by_slug(conn, workspace_id, slug) is not None:
+            raise CliError(f"--slug: #{slug} exists in workspace {workspace_id}")
+        visibility = "private" if args.private else "public"
+        try:
+            scope_id = await scopes.create_channel(
+                conn,
+                creator=owner,
+                slug=slug,
+                name=name,
+                visibility=visibility,
+                description="",
+                default=args.default,
+            )
+        except UniqueViolation:
+            raise CliError(f"--slug: #{slug} exists in workspace {workspace_id}") from None
+    return {
+        "scopeId": scope_id,
+        "slug": f"#{slug}",
+        "visibility": visibility,
+        "default": args.default,
+        "ownerMemberId": owner.id,
+    }
+
+
+async def _deactivate_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        revoked = await directory.deactivate_member(conn, args.member)
+    if revoked is None:
+        raise CliError(f"--member: no member {args.member}")
+    return {"memberId": args.member, "deactivated": True, "tokensRevoked": revoked}
+
+
+async def _set_admin(args: argparse.Namespace, dsn: str, admin: bool) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        member = await _member(conn, args.member)
+        if member.type is not MemberType.HUMAN:
+            raise CliError(
+                f"--member: {args.member} is not a human member (only humans are admins)"
+            )
+        await directory.set_admin(conn, member.id, admin)
+    return {"memberId": member.id, "admin": admin}
+
+
+async def _promote(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    return await _set_admin(args, dsn, True)
+
+
+async def _demote(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    return await _set_admin(args, dsn, False)
+
+
+def duration_seconds(text: str) -> int:
+    """``30s``, ``15m``, ``12h`` or ``7d`` in seconds."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None:
+        raise CliError(f"--expires: {text!r} is not a duration like 30s, 15m, 12h or 7d")
+    seconds = int(match[1]) * _SECONDS[match[2]]
+    if seconds > MAX_INVITE_SECONDS:
+        raise CliError("--expires: at most 366d")
+    return seconds
+
+
+async def _create_invite(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    expires_in = duration_seconds(args.expires)
+    slugs = _slugs(args.join)
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _workspace(conn, args.workspace)
+        join = await _channels(conn, workspace_id, slugs)
+        created = await invites.create_invite(
+            conn, workspace_id, expires_in_s=expires_in, max_uses=args.uses, join_scope_ids=join
+        )
+        origin = await invites.web_origin(conn) or DEFAULT_WEB_ORIGIN
+    return {
+        "inviteId": created.id,
+        "inviteUrl": f"{origin}/#invite={created.code}",
+        "workspaceId": workspace_id,
+        "expiresAt": created.expires_at.isoformat(),
+        "maxUses": args.uses,
+        "channels": [f"#{slug}" for slug in dict.fromkeys(slugs)],
+    }
+
+
+async def _revoke_invite(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        if not await invites.revoke_invite(conn, args.invite):
+            raise CliError(f"--invite: no invite {args.invite}")
+    return {"inviteId": args.invite, "revoked": True}
 
 
 async def _db_verify(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
@@ -266,4 +404,10 @@ _ADMIN: dict[str, Handler] = {
     "list-workspaces": _list_workspaces,
     "list-members": _list_members,
     "list-channels": _list_channels,
+    "create-channel": _create_channel,
+    "deactivate-member": _deactivate_member,
+    "promote": _promote,
+    "demote": _demote,
+    "create-invite": _create_invite,
+    "revoke-invite": _revoke_invite,
 }

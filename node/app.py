@@ -28,7 +28,8 @@ from node.revocation import watch_revocations
 from node.server import handle_connection, serve_metrics
 from node.services import Services
 from protocol.errors import CloseCode
-from storage import directory, outbox, scopes
+from storage import directory, invites, outbox, scopes
+from storage.errors import StorageError
 from storage.group_commit import GroupCommitter
 from storage.pool import Pool, open_pool
 from storage.store import PgScopeStore
@@ -116,6 +117,7 @@ async def serve_node(
             metrics=metrics,
             resolver=Resolver(pool),
             limiter=settings.limiter(),
+            invite_limiter=settings.invite_limiter(),
         )
         services.moderation = load_moderation(settings)
         if settings.moderation_file is not None:
@@ -157,6 +159,7 @@ async def serve_node(
                 serve_metrics, services, metrics_host, metrics_port
             )
             log.info("metrics_ready", host=metrics_host, port=services.metrics_port)
+        await announce_origin(services)
         await first_run(services, settings.data_dir)
         if on_ready is not None:
             on_ready()
@@ -264,6 +267,18 @@ async def _close_sessions(services: Services) -> None:
             await trio.sleep(0.05)
 
 
+async def announce_origin(services: Services) -> None:
+    """Record where this node's web client is, for the invite links that
+    admin commands print (they run in processes that know no node flags)."""
+    origin = web_origin(services.settings.host, services.port, services.settings.public_url)
+    try:
+        async with services.pool.connection() as conn:
+            await invites.record_web_origin(conn, origin, services.node_id)
+    except StorageError as exc:
+        # Links then point where a later node, or the default address, says.
+        log.warning("web_origin_not_recorded", code=exc.code)
+
+
 async def first_run(services: Services, data_dir: Path) -> None:
     """On an empty database: a demo workspace, one human, #general, a token to print."""
     token_file = data_dir / "demo-token"
@@ -273,8 +288,9 @@ async def first_run(services: Services, data_dir: Path) -> None:
                 _announce(services, first.workspace_id, token_file.read_text().strip())
             return
         workspace_id = await directory.create_workspace(conn, "demo")
+        # The one who started the node runs the workspace.
         human = await directory.create_member(
-            conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle="demo"
+            conn, workspace_id=workspace_id, type_=MemberType.HUMAN, handle="demo", admin=True
         )
         await scopes.create_general(conn, human)
         token = await directory.issue_token(conn, human.id)
@@ -294,17 +310,25 @@ def _announce(services: Services, workspace_id: str, token: str) -> None:
         f"scopenode ready: ws://{settings.host}:{services.port}/v1/ws  "
         f"web client: http://{settings.host}:{services.port}/\n"
         f"workspace: {workspace_id}\n"
-        f"login: {login_link(settings.host, services.port, token)}\n"
+        f"login: {login_link(settings.host, services.port, token, settings.public_url)}\n"
         f"demo token: {token}",
         flush=True,
     )
 
 
-def login_link(host: str, port: int, token: str) -> str:
-    """The web client's one-click sign-in: the token rides in the fragment,
-    which browsers never send to a server or put in a Referer."""
+def web_origin(host: str, port: int, public_url: str | None = None) -> str:
+    """Where people open the web client: ``--public-url`` when given, else the
+    address the node listens on."""
+    if public_url:
+        return public_url.rstrip("/")
     if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"  # a wildcard address is not something to click
     elif ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}/#token={token}"
+    return f"http://{host}:{port}"
+
+
+def login_link(host: str, port: int, token: str, public_url: str | None = None) -> str:
+    """The web client's one-click sign-in: the token rides in the fragment,
+    which browsers never send to a server or put in a Referer."""
+    return f"{web_origin(host, port, public_url)}/#token={token}"

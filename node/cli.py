@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import NoReturn
+from urllib.parse import urlsplit
 
 from actors.model import MemberType
 from node.listen import address_in_use, listen_problem
@@ -77,6 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest upload accepted (default 25 MiB); larger ones are answered 413",
     )
     serve.add_argument(
+        "--public-url",
+        type=_public_url,
+        default=None,
+        metavar="URL",
+        help="where people reach this node's web client (http[s]://host[:port][/path]); "
+        "the login link and invite links are built from it (default: http://HOST:PORT)",
+    )
+    serve.add_argument(
         "--metrics-bind",
         type=_bind_address,
         default=None,
@@ -116,7 +125,60 @@ def build_parser() -> argparse.ArgumentParser:
     list_members.add_argument("--workspace", required=True)
     list_channels = admin_commands.add_parser("list-channels")
     list_channels.add_argument("--workspace", required=True)
-    for sub in (workspace, member, token, revoke, list_workspaces, list_members, list_channels):
+    channel = admin_commands.add_parser(
+        "create-channel", help="a channel, owned by --owner or the workspace's first admin"
+    )
+    channel.add_argument("--workspace", required=True)
+    channel.add_argument("--slug", required=True)
+    channel.add_argument("--name", default=None)
+    channel.add_argument("--owner", default=None)
+    channel.add_argument("--private", action="store_true")
+    channel.add_argument(
+        "--default", action="store_true", help="new humans and public agents join it"
+    )
+    deactivate = admin_commands.add_parser(
+        "deactivate-member", help="revoke every token of the member and refuse it from now on"
+    )
+    deactivate.add_argument("--member", required=True)
+    promote = admin_commands.add_parser("promote", help="make a human member an admin")
+    promote.add_argument("--member", required=True)
+    demote = admin_commands.add_parser("demote", help="make an admin a plain member again")
+    demote.add_argument("--member", required=True)
+    invite = admin_commands.add_parser(
+        "create-invite", help="a link that lets a person create their own human member"
+    )
+    invite.add_argument("--workspace", required=True)
+    invite.add_argument(
+        "--expires", default="7d", metavar="DURATION", help="30s, 15m, 12h or 7d (default 7d)"
+    )
+    invite.add_argument(
+        "--uses", type=_positive_int, default=None, help="how many members it may create"
+    )
+    invite.add_argument(
+        "--join",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="#SLUG",
+        help="channels its members join besides the workspace's default ones",
+    )
+    revoke_invite = admin_commands.add_parser("revoke-invite")
+    revoke_invite.add_argument("--invite", required=True)
+    for sub in (
+        workspace,
+        member,
+        token,
+        revoke,
+        list_workspaces,
+        list_members,
+        list_channels,
+        channel,
+        deactivate,
+        promote,
+        demote,
+        invite,
+        revoke_invite,
+    ):
         _common(sub)
 
     db = commands.add_parser("db", help="database maintenance")
@@ -174,6 +236,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _public_url(text: str) -> str:
+    """An http(s) origin with an optional path, without its trailing slash."""
+    parts = urlsplit(text.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http(s) URL like https://chat.example.com"
+        )
+    return text.strip().rstrip("/")
+
+
 def _bind_address(text: str) -> tuple[str, int]:
     """``ADDR:PORT`` (``[v6]:PORT`` for an IPv6 address) as (host, port)."""
     host, sep, port = text.rpartition(":")
@@ -216,6 +288,7 @@ def _serve(args: argparse.Namespace) -> int:
         attachments_dir=args.attachments_dir,
         max_attachment_bytes=args.max_attachment_bytes or MAX_ATTACHMENT_BYTES,
         metrics_bind=args.metrics_bind,
+        public_url=args.public_url,
     )
     try:
         load_moderation(settings)

@@ -10,6 +10,8 @@ from typing import Any
 from actors.moderation import KeywordList, parse_keyword_file
 from actors.scope_state import ROW_LIMIT
 from node.limits import (
+    INVITE_BURST_ENV,
+    INVITE_RATE_ENV,
     MAX_SESSIONS_ENV,
     READ_BURST_ENV,
     READ_RATE_ENV,
@@ -24,6 +26,7 @@ from node.limits import (
     WORKSPACE_REQUEST_RATE_ENV,
     WORKSPACE_SEND_BURST_ENV,
     WORKSPACE_SEND_RATE_ENV,
+    AddressLimiter,
     Limiter,
     Rate,
     Rates,
@@ -138,6 +141,13 @@ class Settings:
     # others wait their turn (not refused).
     reads_at_once: int = field(default_factory=lambda: env_int(READS_AT_ONCE_ENV, 2))
     max_sessions_per_member: int = field(default_factory=lambda: env_int(MAX_SESSIONS_ENV, 32))
+    # Invite lookups and redemptions per client address (docs/invites.md): a
+    # person joining needs two or three; a code guesser gets six a minute.
+    invite_rate: float = field(default_factory=lambda: env_float(INVITE_RATE_ENV, 0.1))
+    invite_burst: int = field(default_factory=lambda: env_int(INVITE_BURST_ENV, 10))
+    # Where people reach the web client (``serve --public-url``); the login
+    # and invite links are built from it. None: http://host:port.
+    public_url: str | None = None
     # Attachment bytes (docs/design.md#attachments): content-addressed files
     # under this directory (None: <data_dir>/attachments; nodes of a cluster
     # share one), and the largest upload accepted (413 above it).
@@ -173,6 +183,9 @@ class Settings:
         )
         return Limiter(member, workspace, self.reads_at_once)
 
+    def invite_limiter(self) -> AddressLimiter:
+        return AddressLimiter(Rate(self.invite_rate, self.invite_burst))
+
 
 # The rate limit fields above, by name (the session cap aside).
 LIMIT_FIELDS = (
@@ -189,6 +202,8 @@ LIMIT_FIELDS = (
     "workspace_read_rate",
     "workspace_read_burst",
     "reads_at_once",
+    "invite_rate",
+    "invite_burst",
 )
 
 

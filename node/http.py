@@ -61,9 +61,10 @@ class Reply:
     content_type: str
     body: bytes
     policy: str = NOTHING_POLICY
+    extra: tuple[tuple[str, str], ...] = ()
 
     def headers(self) -> list[tuple[str, str]]:
-        return [*SECURITY_HEADERS, ("Content-Security-Policy", self.policy)]
+        return [*SECURITY_HEADERS, ("Content-Security-Policy", self.policy), *self.extra]
 
 
 def text(status: int, body: bytes) -> Reply:

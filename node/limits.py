@@ -45,11 +45,14 @@ WORKSPACE_READ_RATE_ENV = "SCOPENODE_WORKSPACE_READ_RATE"
 WORKSPACE_READ_BURST_ENV = "SCOPENODE_WORKSPACE_READ_BURST"
 READS_AT_ONCE_ENV = "SCOPENODE_READS_AT_ONCE"
 MAX_SESSIONS_ENV = "SCOPENODE_MAX_SESSIONS_PER_MEMBER"
+INVITE_RATE_ENV = "SCOPENODE_INVITE_RATE"
+INVITE_BURST_ENV = "SCOPENODE_INVITE_BURST"
 
 # Bucket sets remembered: a member or workspace seen again after being
 # forgotten starts with full buckets.
 MEMBERS_LIMITED = 10_000
 WORKSPACES_LIMITED = 1_000
+ADDRESSES_LIMITED = 10_000
 
 # What the bench and the test suite run with: high enough that no workload
 # meets a limit, while the limit code stays on the measured path.
@@ -69,6 +72,8 @@ RAISED_LIMITS_ENV: dict[str, str] = dict.fromkeys(
         WORKSPACE_READ_BURST_ENV,
         READS_AT_ONCE_ENV,
         MAX_SESSIONS_ENV,
+        INVITE_RATE_ENV,
+        INVITE_BURST_ENV,
     ),
     "1000000",
 )
@@ -246,6 +251,33 @@ class Limiter:
         for bucket in shared:
             bucket.tokens -= 1.0
         return None
+
+
+class AddressLimiter:
+    """One bucket per client address, for requests made before there is a
+    member to charge (invite lookups and redemptions): a guesser of codes or a
+    script creating members gets a few tries a minute from one address.
+
+    Behind a proxy every request comes from the proxy's address, so the
+    bucket is then shared by everyone who reaches the node through it.
+    """
+
+    __slots__ = ("_buckets", "rate")
+
+    def __init__(self, rate: Rate) -> None:
+        if rate.per_s <= 0 or rate.burst < 1:
+            raise ValueError("a bucket needs rate > 0 and burst >= 1")
+        self.rate = rate
+        self._buckets: Lru[str, TokenBucket] = Lru("limit_addresses", ADDRESSES_LIMITED)
+
+    def admit(self, address: str, now: float) -> float:
+        """Take a token for ``address``: 0.0 when taken, else seconds until its turn."""
+        bucket = self._buckets.get(address)
+        if bucket is None:
+            bucket = TokenBucket(self.rate.per_s, self.rate.burst, now)
+            self._buckets.put(address, bucket)
+        wait = bucket.take(now)
+        return bucket.turn(now, wait) if wait else 0.0
 
 
 def _refusal(

@@ -3,7 +3,8 @@
 h11 reads the request head; wsproto answers a ``/v1/ws`` upgrade
 (``initiate_upgrade_connection``) and a :class:`Session` takes the stream with
 the bytes read past the head; ``/v1/attachments`` requests stream through
-:mod:`node.attachments`; everything else is answered by :mod:`node.http` and
+:mod:`node.attachments`; ``/v1/invites/…`` requests (small JSON bodies) are
+answered by :mod:`node.invites`; everything else is answered by :mod:`node.http` and
 closed. The ``--metrics-bind`` listener answers ``/metrics`` alone.
 """
 
@@ -22,7 +23,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, RejectConnection, Request
 
 from actors.ids import new_id
-from node import attachments
+from node import attachments, invites
 from node.attachments import is_attachment_path
 from node.http import Reply, respond, respond_metrics_listener, text
 from node.services import Services
@@ -145,17 +146,26 @@ async def _accept(services: Services, stream: trio.SocketStream) -> Upgrade | No
         # Streams its body both ways, so it gets the connection itself.
         await attachments.handle(services, stream, http, request)
         return None
-    reply = await respond(services, request, peer_address(stream))
+    if invites.is_invite_path(target.path):
+        reply = await invites.handle(services, stream, http, request, peer_address(stream))
+    else:
+        reply = await respond(services, request, peer_address(stream))
     await _plain(stream, reply, head_only=request.method == b"HEAD")
     return None
 
 
 _REASONS = {
     200: "OK",
+    400: "Bad Request",
     401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
+    409: "Conflict",
+    410: "Gone",
+    413: "Content Too Large",
+    429: "Too Many Requests",
     503: "Service Unavailable",
 }
 

@@ -8,7 +8,7 @@ from typing import Any
 from actors.moderation import KeywordList
 from node.config import Settings
 from node.hub import Hub
-from node.limits import Limiter
+from node.limits import AddressLimiter, Limiter
 from node.metrics import Metrics
 from node.registry import ActorRegistry
 from node.resolver import Resolver
@@ -27,6 +27,8 @@ class Services:
     resolver: Resolver
     # Rate-limit buckets by member and by workspace (node/limits.py).
     limiter: Limiter
+    # Invite lookups and redemptions by client address (node/invites.py).
+    invite_limiter: AddressLimiter
     accepting: bool = True
     draining: bool = False
     ready: bool = False

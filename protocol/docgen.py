@@ -281,6 +281,10 @@ ERRORS: dict[str, str] = {
         "no such scope, message, member or grant in the caller's workspace; a private"
         " scope the caller never belonged to answers exactly the same (see authorization.md)"
     ),
+    "gone": (
+        "an invite link that existed but can no longer be redeemed: expired, used up or"
+        " revoked (`details.reason`); answered by the invite endpoints only (HTTP 410)"
+    ),
     "invalid_target": "a target that is not one of the forms above",
     "validation_failed": "a field is missing or wrong (`details.path`)",
     "target_key_mismatch": "`freshness.targetKey` names another scope than `target`",
@@ -329,9 +333,12 @@ The WebSocket port also answers plain HTTP:
 | `/healthz` | `200 ok` when the node is ready and its database answers, else `503` |
 | `/metrics` | Prometheus text exposition |
 | `/v1/whoami` | with `Authorization: Bearer <token>`: `{workspaceId, memberId, handle, displayName, type}`; `401` for an unknown or revoked token, `503` without database |
+| `POST /v1/invites/lookup` | JSON `{code}`: `200 {workspace, workspaceName, expiresAt}` for an invite that can be redeemed; `404` `not_found` for an unknown code, `410` `gone` with `details.reason` (`expired`, `used_up`, `revoked`) otherwise ([invites.md](invites.md)) |
+| `POST /v1/invites/redeem` | JSON `{code, handle, displayName}`: creates a human member, joins it to the workspace's default channels and the invite's own, `200 {token, workspace, memberId, channels}`; `400` `validation_failed` (`details.path`), `404`/`410` as above, `409` `conflict` for a handle taken (`details.path` `$.handle`), `429` `rate_limited` per client address (`Retry-After`, `details.retryAfterMs`). Nothing is created on any refusal |
 | `/` | the web client |
 
-Every error body of the attachment endpoints is `{"code", "message"}`. A
+Every error body of the attachment and invite endpoints is `{"code", "message"}`
+(with `details` when there are any). A
 message's `attachments` lists `{id, name, contentType, size, url}` per
 claimed upload, `url` being the path of its download.
 """

@@ -16,6 +16,7 @@ class ErrorCode(enum.StrEnum):
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     NOT_FOUND = "not_found"
+    GONE = "gone"
     INVALID_TARGET = "invalid_target"
     VALIDATION_FAILED = "validation_failed"
     TARGET_KEY_MISMATCH = "target_key_mismatch"

@@ -19,8 +19,8 @@ MEMBER_COLUMNS = "id, workspace_id, type, handle, display_name, owner_member_id,
 
 INSERT_WORKSPACE = "INSERT INTO workspaces (id, name) VALUES (%s, %s)"
 INSERT_MEMBER = f"""
-INSERT INTO members ({MEMBER_COLUMNS})
-VALUES (%s, %s, %s, %s, %s, %s, %s)
+INSERT INTO members ({MEMBER_COLUMNS}, is_admin)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 """
 SELECT_MEMBER = f"SELECT {MEMBER_COLUMNS} FROM members WHERE id = %s"
 SELECT_MEMBERS = f"SELECT {MEMBER_COLUMNS} FROM members WHERE id = ANY(%s::text[])"
@@ -33,8 +33,18 @@ SELECT w.id, w.name, w.created_at, (SELECT count(*) FROM members m WHERE m.works
 FROM workspaces w ORDER BY w.created_at, w.id
 """
 SELECT_WORKSPACE_MEMBERS = f"""
-SELECT {MEMBER_COLUMNS}, status FROM members WHERE workspace_id = %s ORDER BY created_at, id
+SELECT {MEMBER_COLUMNS}, status, is_admin FROM members
+WHERE workspace_id = %s ORDER BY created_at, id
 """
+SET_ADMIN = "UPDATE members SET is_admin = %s WHERE id = %s AND type = 'human' RETURNING id"
+# The oldest human of the workspace, admins first: who owns a channel the
+# operator creates without naming an owner.
+SELECT_CHANNEL_OWNER = f"""
+SELECT {MEMBER_COLUMNS} FROM members
+WHERE workspace_id = %s AND type = 'human' AND status = 'active'
+ORDER BY is_admin DESC, created_at, id LIMIT 1
+"""
+DEACTIVATE_MEMBER = "UPDATE members SET status = 'deactivated' WHERE id = %s RETURNING id"
 INSERT_TOKEN = "INSERT INTO credentials (member_id, token_hash) VALUES (%s, %s)"
 # Every node LISTENs here; the notification is delivered at commit, so a node
 # closes the token's live sessions as soon as the revocation is durable.
@@ -42,6 +52,14 @@ REVOCATION_CHANNEL = "scopenode_token_revoked"
 REVOKE_TOKEN = f"""
 WITH revoked AS (
     UPDATE credentials SET revoked_at = now() WHERE token_hash = %s AND revoked_at IS NULL
+    RETURNING id
+)
+SELECT id, pg_notify('{REVOCATION_CHANNEL}', id::text) FROM revoked
+"""
+# Every live token of a member at once, each announced as REVOKE_TOKEN does.
+REVOKE_MEMBER_TOKENS = f"""
+WITH revoked AS (
+    UPDATE credentials SET revoked_at = now() WHERE member_id = %s AND revoked_at IS NULL
     RETURNING id
 )
 SELECT id, pg_notify('{REVOCATION_CHANNEL}', id::text) FROM revoked
@@ -108,6 +126,7 @@ async def create_member(
     display_name: str | None = None,
     owner_member_id: str | None = None,
     private: bool = False,
+    admin: bool = False,
 ) -> Member:
     member = Member(
         id=new_id("mem"),
@@ -129,6 +148,7 @@ async def create_member(
                 member.display_name,
                 member.owner_member_id,
                 member.is_private,
+                admin,
             ),
         )
     return member
@@ -145,6 +165,37 @@ async def revoke_token(conn: TrioConnection, token: str) -> bool:
     with map_errors():
         cur = await conn.execute(REVOKE_TOKEN, (token_hash(token),))
         return await cur.fetchone() is not None
+
+
+async def set_admin(conn: TrioConnection, member_id: str, admin: bool) -> bool:
+    """Make a human member an admin or not; False when there is no such human."""
+    with map_errors():
+        cur = await conn.execute(SET_ADMIN, (admin, member_id))
+        return await cur.fetchone() is not None
+
+
+async def deactivate_member(conn: TrioConnection, member_id: str) -> int | None:
+    """Deactivate a member and revoke every token it holds, in one transaction;
+    the number of tokens revoked, or None when there is no such member.
+
+    A deactivated member authenticates no more (``AUTHENTICATE``), and each
+    revoked token's live sessions are closed by the nodes it is announced to.
+    """
+    with map_errors():
+        async with conn.transaction():
+            cur = await conn.execute(DEACTIVATE_MEMBER, (member_id,))
+            if await cur.fetchone() is None:
+                return None
+            cur = await conn.execute(REVOKE_MEMBER_TOKENS, (member_id,))
+            return len(await cur.fetchall())
+
+
+async def channel_owner(conn: TrioConnection, workspace_id: str) -> Member | None:
+    """Who owns a channel the operator creates without naming an owner."""
+    with map_errors():
+        cur = await conn.execute(SELECT_CHANNEL_OWNER, (workspace_id,))
+        row = await cur.fetchone()
+    return member_from_row(row) if row else None
 
 
 async def authenticate(conn: TrioConnection, token: str) -> Member | None:
@@ -219,9 +270,10 @@ async def list_workspaces(conn: TrioConnection) -> list[WorkspaceListing]:
     return [WorkspaceListing(row[0], row[1], row[2], int(row[3])) for row in rows]
 
 
-async def list_members(conn: TrioConnection, workspace_id: str) -> list[tuple[Member, str]]:
-    """Every member of the workspace with its status, oldest first."""
+async def list_members(conn: TrioConnection, workspace_id: str) -> list[tuple[Member, str, bool]]:
+    """Every member of the workspace with its status and whether it is an admin,
+    oldest first."""
     with map_errors():
         cur = await conn.execute(SELECT_WORKSPACE_MEMBERS, (workspace_id,))
         rows = await cur.fetchall()
-    return [(member_from_row(row), str(row[7])) for row in rows]
+    return [(member_from_row(row), str(row[7]), bool(row[8])) for row in rows]

@@ -34,6 +34,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (12, "steady_under_writes", "schema_v12_steady_under_writes.sql"),
     (13, "symbols", "schema_v13_symbols.sql"),
     (14, "growing_lookups", "schema_v14_growing_lookups.sql"),
+    (15, "invites", "schema_v15_invites.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators
 _BOOKKEEPING = "schema_migrations"

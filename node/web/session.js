@@ -1,12 +1,18 @@
 // Signing in and out: the token from the login form, the login link's fragment
 // or localStorage; the workspace it belongs to; clearing everything on logout.
 
-import { STORAGE_TOKEN, STORAGE_WORKSPACE, STORAGE_OUTBOX, state } from "./store.js";
+import { STORAGE_TOKEN, STORAGE_WORKSPACE, STORAGE_OUTBOX, STORAGE_SCOPE, state } from "./store.js";
 import { $, show, setText } from "./dom.js";
 import { connect } from "./connection.js";
 import { renderScopes } from "./views/sidebar.js";
 import { renderTimeline, setComposerEnabled } from "./views/conversation.js";
 import { closePanel } from "./views/thread.js";
+import { readInvite, openInvite } from "./invite.js";
+
+// While the invite page is up, nothing else may take the screen: the page's
+// start-up would otherwise show the sign-in form, or sign in with a token
+// this browser kept from before.
+let inviting = false;
 
 async function learnWorkspace() {
   // The token names its workspace; the node tells us which, so the
@@ -27,6 +33,7 @@ async function learnWorkspace() {
 }
 
 export function showLogin(message) {
+  if (inviting) return;
   show($("app-view"), false);
   show($("login-view"), true);
   $("login-token").value = state.token || "";
@@ -35,6 +42,7 @@ export function showLogin(message) {
 }
 
 export async function start(token, workspace) {
+  if (inviting) return;
   state.token = token;
   state.workspace = workspace;
   state.attempt = 0;
@@ -85,7 +93,33 @@ export function logout(message) {
   showLogin(message);
 }
 
+function joinedWith(token, workspace) {
+  inviting = false;
+  // A new member in this browser: nothing of whoever used it before (a queued
+  // send, the conversation left open) may carry over to it.
+  localStorage.removeItem(STORAGE_OUTBOX);
+  localStorage.removeItem(STORAGE_SCOPE);
+  state.outbox = [];
+  state.current = null;
+  localStorage.setItem(STORAGE_TOKEN, token);
+  localStorage.setItem(STORAGE_WORKSPACE, workspace || "");
+  start(token, workspace || "");
+}
+
 export function readFragment() {
+  // An invite link `#invite=…` opens the invite page instead (invite.js).
+  const invite = readInvite();
+  if (invite !== null) {
+    inviting = true;
+    openInvite(invite, {
+      signIn: joinedWith,
+      onCancel: () => {
+        inviting = false;
+        showLogin("");
+      },
+    });
+    return null;
+  }
   // The login link `#token=…` (a fragment never reaches a server log); removed from the URL at once.
   if (!location.hash.includes("token=")) return null;
   const params = new URLSearchParams(location.hash.slice(1));
