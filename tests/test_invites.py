@@ -133,6 +133,14 @@ async def test_invites_in_storage(database_url: str) -> None:
             assert refused.value.status is status
         assert member_count(database_url) == before
 
+        # With no node ever started here, admin commands fall back to the default address.
+        assert await invites.web_origin(conn) is None
+        await invites.record_web_origin(conn, "http://10.0.0.1:9000", "node-a")
+        await invites.record_web_origin(conn, "https://chat.example.com", "node-b")
+        assert await invites.web_origin(conn) == "https://chat.example.com"
+        await invites.record_web_origin(conn, "http://10.0.0.1:9000", "node-a")
+        assert await invites.web_origin(conn) == "http://10.0.0.1:9000"
+
         # Roles: only a human is an admin.
         agent = await directory.create_member(
             conn, workspace_id=workspace_id, type_=MemberType.AGENT, handle="bot"
@@ -165,29 +173,35 @@ async def test_admin_commands_for_roles_channels_invites_and_deactivation(
     database_url: str, tmp_path: Path
 ) -> None:
     public = "https://chat.example.com/team"
+    results: dict[str, Result] = {}
+
+    async def run(name: str, *args: str) -> None:
+        results[name] = await admin(database_url, *args)
+
     async with running_node(database_url, tmp_path, public_url=public) as node:
-        # The demo user the first start creates runs its workspace.
-        demo = (await admin(database_url, "list-workspaces")).json()["workspaces"][0]
-        listed = await admin(database_url, "list-members", "--workspace", demo["workspaceId"])
-        assert [(m["handle"], m["admin"]) for m in listed.json()["members"]] == [("demo", True)]
-
-        workspace = (await admin(database_url, "create-workspace", "--name", "acme")).json()
-        workspace_id = workspace["workspaceId"]
+        async with await connect(database_url, autocommit=True) as conn:
+            demo = await directory.first_human(conn)
+            workspace_id = await directory.create_workspace(conn, "acme")
+        assert demo is not None
         ws = ("--workspace", workspace_id)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, "demo", "list-members", "--workspace", demo.workspace_id)
+            # No human yet: nobody could own a channel.
+            nursery.start_soon(run, "ownerless", "create-channel", *ws, "--slug", "ops")
+        # The demo user the first start creates runs its workspace.
+        listed = results["demo"].json()["members"]
+        assert [(m["handle"], m["admin"]) for m in listed] == [("demo", True)]
+        assert_failed(results["ownerless"])
 
-        # No human yet: nobody could own a channel.
-        assert_failed(await admin(database_url, "create-channel", *ws, "--slug", "ops"))
-        lead = (
-            await admin(database_url, "create-member", *ws, "--type", "human", "--handle", "lead")
-        ).json()["memberId"]
-        bot = (
-            await admin(database_url, "create-member", *ws, "--type", "agent", "--handle", "bot")
-        ).json()["memberId"]
-
-        results: dict[str, Result] = {}
-
-        async def run(name: str, *args: str) -> None:
-            results[name] = await admin(database_url, *args)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                run, "lead", "create-member", *ws, "--type", "human", "--handle", "lead"
+            )
+            nursery.start_soon(
+                run, "bot", "create-member", *ws, "--type", "agent", "--handle", "bot"
+            )
+        lead = results["lead"].json()["memberId"]
+        bot = results["bot"].json()["memberId"]
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run, "ops", "create-channel", *ws, "--slug", "#ops")
@@ -211,36 +225,18 @@ async def test_admin_commands_for_roles_channels_invites_and_deactivation(
         assert results["promote"].json() == {"memberId": lead, "admin": True}
         for name in ("both", "badslug", "agent-admin", "nobody"):
             assert_failed(results[name], name)
-        assert_failed(await admin(database_url, "create-channel", *ws, "--slug", "ops"))
 
         # The README's example works once #ops exists; a new member joins the defaults.
-        helper = await admin(
-            database_url,
-            "create-member",
-            *ws,
-            "--type",
-            "agent",
-            "--handle",
-            "helper",
-            "--join",
-            "#ops",
-        )
-        assert helper.json()["channels"] == ["#general", "#news", "#ops"]
-
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
-                run,
-                "invite",
-                "create-invite",
-                *ws,
-                "--expires",
-                "15m",
-                "--uses",
-                "3",
-                "--join",
-                "#ops",
-                "#vault",
-            )
+                run, "helper", "create-member", *ws, "--type", "agent", "--handle", "helper",
+                "--join", "#ops",
+            )  # fmt: skip
+            nursery.start_soon(run, "duplicate", "create-channel", *ws, "--slug", "ops")
+            nursery.start_soon(
+                run, "invite", "create-invite", *ws, "--expires", "15m", "--uses", "3",
+                "--join", "#ops", "#vault",
+            )  # fmt: skip
             nursery.start_soon(run, "demote", "demote", "--member", lead)
             nursery.start_soon(run, "badexpiry", "create-invite", *ws, "--expires", "7x")
             nursery.start_soon(run, "toolong", "create-invite", *ws, "--expires", "400d")
@@ -248,6 +244,8 @@ async def test_admin_commands_for_roles_channels_invites_and_deactivation(
             nursery.start_soon(run, "nochannel", "create-invite", *ws, "--join", "#nowhere")
             nursery.start_soon(run, "noworkspace", "create-invite", "--workspace", "ws_nowhere")
             nursery.start_soon(run, "norevoke", "revoke-invite", "--invite", "inv_nothing")
+        assert results["helper"].json()["channels"] == ["#general", "#news", "#ops"]
+        assert_failed(results["duplicate"])
         assert results["demote"].json() == {"memberId": lead, "admin": False}
         for name in ("badexpiry", "toolong", "nouses", "nochannel", "noworkspace", "norevoke"):
             assert_failed(results[name], name)
@@ -298,13 +296,15 @@ async def test_admin_commands_for_roles_channels_invites_and_deactivation(
         async with await connect(database_url, autocommit=True) as conn:
             assert await directory.authenticate(conn, second_token) is None
 
-        revoked = await admin(database_url, "revoke-invite", "--invite", invite["inviteId"])
-        assert revoked.json() == {"inviteId": invite["inviteId"], "revoked": True}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, "revoke", "revoke-invite", "--invite", invite["inviteId"])
+            nursery.start_soon(run, "ghost", "deactivate-member", "--member", "mem_nobody")
+        assert results["revoke"].json() == {"inviteId": invite["inviteId"], "revoked": True}
+        assert_failed(results["ghost"])
         status, _, gone = await http_post(
             node, "/v1/invites/redeem", {"code": code, "handle": "eve"}
         )
         assert (status, gone["code"], gone["details"]) == (410, "gone", {"reason": "revoked"})
-        assert_failed(await admin(database_url, "deactivate-member", "--member", "mem_nobody"))
 
 
 # ------------------------------------------------------------ the HTTP endpoints
