@@ -274,6 +274,12 @@ async def _queries(
 ) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     filters = search_sql.Filters(corpus["workspace"])
+    # The node's statements take every parameter through an initplan, so its
+    # prepared generic plan fits any value; the raw ones compare a column with
+    # the parameter itself, and a generic plan of `scope_id = ANY($n)` guesses.
+    # Planned for their own values, the baselines are never slower than their
+    # statements allow.
+    await conn.execute("SET plan_cache_mode = force_custom_plan")
     for name, queries in corpus["classes"].items():
         node_t: list[float] = []
         raw_t: list[float] = []
