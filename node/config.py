@@ -88,12 +88,12 @@ class Settings:
     # Group-commit lanes: concurrent send transactions, each batching many scopes
     # (0: every actor commits on its own pooled connection). Two, because one
     # left the cores idle while a commit waited for its WAL flush
-    # (docs/performance.md, "Two commit lanes").
+    # (docs/performance.md, "Commit lanes and gathering").
     commit_lanes: int = int(os.environ.get("SCOPENODE_COMMIT_LANES", "2"))
     # How long a free lane may wait for its share of the batches the committer
     # held at once lately (0: never). One millisecond: about one sender's
     # turn-around (reply out, next request in) on a busy node
-    # (docs/performance.md, "Round 12").
+    # (docs/performance.md, "Commit lanes and gathering").
     commit_gather_ms: float = float(os.environ.get("SCOPENODE_COMMIT_GATHER_MS", "1"))
     actor_idle_timeout: float = 120.0
     max_inflight_requests: int = 64
