@@ -206,7 +206,7 @@ async def test_reactions_edit_delete_quote_forward_and_search(
             await browser.run(quote_and_forward)
 
             def search(_: Browser) -> None:
-                ann_page.locator("body").press("Control+k")
+                messages(ann_page).last.press("/")  # Ctrl+K switches conversations
                 box = ann_page.get_by_role("searchbox", name="Search")
                 expect(box).to_be_focused()
                 box.fill("noon")

@@ -17,6 +17,9 @@ import { focusSearch, runSearch } from "./views/search.js";
 import { closePanel, sendThread } from "./views/thread.js";
 import { openMembers } from "./views/members.js";
 import { browseChannels, newDirectMessage, renderPeople } from "./views/dialogs.js";
+import { wireLayout } from "./views/layout.js";
+import { wireList, editLastOwn } from "./views/keyboard.js";
+import { wireSwitcher } from "./views/switcher.js";
 
 function init() {
   $("login-form").addEventListener("submit", (event) => {
@@ -30,8 +33,14 @@ function init() {
   $("retry-now").addEventListener("click", retryNow);
   $("composer").addEventListener("submit", sendMain);
   $("composer-input").addEventListener("keydown", enterToSend($("composer")));
+  $("composer-input").addEventListener("keydown", editLastOwn("main"));
   $("thread-composer").addEventListener("submit", sendThread);
   $("thread-input").addEventListener("keydown", enterToSend($("thread-composer")));
+  $("thread-input").addEventListener("keydown", editLastOwn("thread"));
+  wireList($("messages"));
+  wireList($("panel-body"));
+  wireLayout();
+  wireSwitcher();
   $("load-older").addEventListener("click", () => {
     const view = state.view;
     if (!view || view.loading) return;
@@ -61,12 +70,6 @@ function init() {
     const query = $("search-input").value.trim();
     if (query) runSearch(query);
   });
-  $("search-input").addEventListener("keydown", (event) => {
-    if (event.key === "Escape") {
-      event.stopPropagation();
-      $("search-input").blur();
-    }
-  });
   document.addEventListener("keydown", focusSearch);
   $("attach-button").addEventListener("click", () => $("attach-input").click());
   $("attach-input").addEventListener("change", (event) => {
@@ -84,9 +87,6 @@ function init() {
   });
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible") scheduleMarkRead();
-  });
-  document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && state.panel && !document.querySelector("dialog[open]")) closePanel();
   });
   window.addEventListener("online", retryNow);
 

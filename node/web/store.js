@@ -28,6 +28,7 @@ export const state = {
   view: null, // {scopeId, messages: Map(seq -> message), hasMore, loading}
   readSent: new Map(), // scopeId -> seq last sent with markRead
   panel: null, // {kind: "members"} | {kind: "thread", ...}
+  pane: "list", // what a phone shows: "list" | "conversation" | "panel"
   scopesRefresh: null,
   threads: loadJson(STORAGE_THREADS, {}), // thread scopeId -> {label, rootId, parentId}
   replyCounts: new Map(), // root message id -> replies seen by this client

@@ -15,8 +15,14 @@ import { loadOwner } from "./edits.js";
 import { takeComposer, clearComposer } from "./uploads.js";
 import { renderThread } from "./thread.js";
 import { openMembers } from "./members.js";
+import { showPane, focusComposer } from "./layout.js";
+import { rove, keepMessageFocus } from "./keyboard.js";
 
-export async function openScope(scopeId) {
+// `reveal`: a switch the reader asked for (or the first one) brings the
+// conversation on screen and focus to its composer; a refetch of the open one
+// (after a reconnect) leaves both where they are.
+export async function openScope(scopeId, { reveal = scopeId !== state.current } = {}) {
+  const pane = state.pane;
   state.current = scopeId;
   localStorage.setItem(STORAGE_SCOPE, scopeId);
   state.view = { scopeId, messages: new Map(), hasMore: false, loading: true, error: "" };
@@ -25,10 +31,12 @@ export async function openScope(scopeId) {
   $("members-button").disabled = false;
   setComposerEnabled(true);
   setText($("composer-note"), "");
-  if (state.panel?.kind === "members") openMembers();
+  if (state.panel?.kind === "members") openMembers({ refresh: true });
   if (scope?.type === "channel") loadOwner(scopeId);
   renderScopes();
   renderTimeline({ stick: true });
+  showPane(reveal ? "conversation" : pane);
+  if (reveal) focusComposer();
   await loadHistory(scopeId, null);
 }
 
@@ -107,13 +115,15 @@ export function renderTimeline({ stick = false, keepOffset = false } = {}) {
   empty.classList.toggle("error", Boolean(view.error));
   if (keepOffset) box.scrollTop = box.scrollHeight - fromBottom;
   else if ((stick || atBottom) && !view.detached) box.scrollTop = box.scrollHeight;
+  rove(list);
   restoreFocus();
 }
 
 export function keepEditorFocus() {
-  // Re-rendering replaces the nodes: an edit box being typed in keeps focus and caret.
+  // Re-rendering replaces the nodes: an edit box being typed in keeps focus and
+  // caret, a message or one of its buttons keeps focus.
   const active = document.activeElement;
-  if (!active?.closest?.(".edit-form") || active.tagName !== "TEXTAREA") return () => {};
+  if (!active?.closest?.(".edit-form") || active.tagName !== "TEXTAREA") return keepMessageFocus(active);
   const [start, end] = [active.selectionStart, active.selectionEnd];
   return () => {
     const box = document.querySelector(".edit-form textarea");

@@ -91,7 +91,7 @@ async function joinChannel(scopeId, joined) {
     if (!joined) await request("join", { scopeId });
     $("browse-dialog").close();
     await refreshScopesNow();
-    openScope(scopeId);
+    openScope(scopeId, { reveal: true });
   } catch (err) {
     $("browse-body").prepend(el("p", { class: "error", role: "alert" }, describeError(err)));
   }
@@ -139,7 +139,7 @@ async function startDm(person) {
     state.dmPeers.set(page.scopeId, person);
     $("dm-dialog").close();
     await refreshScopesNow();
-    openScope(page.scopeId);
+    openScope(page.scopeId, { reveal: true });
   } catch (err) {
     $("dm-body").prepend(el("p", { class: "error", role: "alert" }, describeError(err)));
   }

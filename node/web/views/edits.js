@@ -7,6 +7,7 @@ import { moderationWords, describeError } from "../format.js";
 import { request } from "../connection.js";
 import { rerender, copiesOf, noteError } from "./conversation.js";
 import { confirmDialog } from "./dialogs.js";
+import { focusComposer } from "./layout.js";
 
 export function channelOwnerOf(scopeId) {
   const scope = state.scopes.get(scopeId);
@@ -45,9 +46,13 @@ function focusEditor() {
   box.setSelectionRange(box.value.length, box.value.length);
 }
 
-function cancelEdit() {
+function endEdit() {
+  // Typing goes on in the composer the edit was started from (Up there, or Edit).
+  const key = state.editing?.key || "";
+  const typing = Boolean(document.activeElement?.closest?.(".edit-form"));
   state.editing = null;
   rerender();
+  if (typing) focusComposer(key.startsWith("t:") ? "thread" : "main");
 }
 
 export function editForm(editing, message) {
@@ -73,7 +78,7 @@ export function editForm(editing, message) {
         onkeydown: (event) => {
           if (event.key === "Escape") {
             event.stopPropagation();
-            cancelEdit();
+            endEdit();
           } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
             event.preventDefault();
             saveEdit(message);
@@ -86,7 +91,7 @@ export function editForm(editing, message) {
       "div",
       { class: "edit-buttons" },
       el("button", { type: "submit", class: "primary", disabled: editing.saving }, "Save"),
-      el("button", { type: "button", onclick: cancelEdit }, "Cancel"),
+      el("button", { type: "button", onclick: endEdit }, "Cancel"),
     ),
     editing.error ? el("p", { class: "error", role: "alert" }, editing.error) : null,
   );
@@ -102,7 +107,7 @@ async function saveEdit(message) {
     focusEditor();
     return;
   }
-  if (content === message.content) return cancelEdit();
+  if (content === message.content) return endEdit();
   editing.saving = true;
   editing.error = "";
   rerender();
@@ -113,8 +118,8 @@ async function saveEdit(message) {
       copy.revision = result.revision ?? (copy.revision || 0) + 1;
       copy.editedAt = result.editedAt || new Date().toISOString();
     }
-    if (state.editing === editing) state.editing = null;
-    rerender();
+    if (state.editing === editing) endEdit();
+    else rerender();
     return;
   } catch (err) {
     editing.saving = false;

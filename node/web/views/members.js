@@ -2,17 +2,20 @@
 
 import { state } from "../store.js";
 import { $, el, show, setText } from "../dom.js";
-import { describeError, personName } from "../format.js";
+import { describeError, personName, scopeLabel } from "../format.js";
 import { request } from "../connection.js";
 import { refreshScopes } from "./sidebar.js";
 import { openPanel } from "./thread.js";
+import { confirmDialog } from "./dialogs.js";
 
-export async function openMembers() {
+// `refresh`: the open panel follows a change (another conversation, a roster
+// event) without taking a phone's screen from what it shows.
+export async function openMembers({ refresh = false } = {}) {
   if (!state.current) return;
   const scopeId = state.current;
   const scope = state.scopes.get(scopeId);
   state.panel = { kind: "members", scopeId };
-  openPanel("Members");
+  openPanel("Members", { reveal: !refresh });
   show($("thread-composer"), false);
   $("members-button").setAttribute("aria-expanded", "true");
   const body = $("panel-body");
@@ -86,7 +89,7 @@ function inviteForm(scopeId, current) {
         if (!select.value) return;
         try {
           await request("invite", { scopeId, memberId: select.value });
-          openMembers();
+          openMembers({ refresh: true });
         } catch (err) {
           setText(error, describeError(err));
         }
@@ -101,17 +104,23 @@ function inviteForm(scopeId, current) {
 }
 
 async function removeMember(scopeId, member) {
-  if (!confirm(`Remove @${member.handle} from this channel?`)) return;
+  const where = scopeLabel(state.scopes.get(scopeId)) || "this channel";
+  const ok = await confirmDialog(
+    `Remove @${member.handle} from ${where}?`,
+    `${personName(member)} will no longer see new messages in ${where}. They can be invited again.`,
+    "Remove member",
+  );
+  if (!ok) return;
   try {
     await request("remove", { scopeId, memberId: member.id });
   } catch (err) {
     $("panel-body").prepend(el("p", { class: "error", role: "alert" }, describeError(err)));
     return;
   }
-  if (state.panel?.kind === "members" && state.panel.scopeId === scopeId) openMembers();
+  if (state.panel?.kind === "members" && state.panel.scopeId === scopeId) openMembers({ refresh: true });
 }
 
 export function onMembership(frame) {
   if (state.me && frame.memberId === state.me.id) refreshScopes();
-  if (state.panel?.kind === "members" && state.panel.scopeId === frame.scopeId) openMembers();
+  if (state.panel?.kind === "members" && state.panel.scopeId === frame.scopeId) openMembers({ refresh: true });
 }

@@ -1,4 +1,4 @@
-// Search: the Ctrl+K / "/" shortcut, the results panel with highlights, and
+// Search: the "/" shortcut, the results panel with highlights, and
 // opening a conversation at a hit.
 
 import { STORAGE_SCOPE, PAGE, state, observe } from "../store.js";
@@ -10,12 +10,12 @@ import { renderScopes } from "./sidebar.js";
 import { noteError, renderTimeline, setComposerEnabled } from "./conversation.js";
 import { loadOwner } from "./edits.js";
 import { openPanel, openThread } from "./thread.js";
+import { showPane, focusComposer } from "./layout.js";
 
 export function focusSearch(event) {
   const typing = event.target.closest?.("input, textarea, select, [contenteditable]");
-  const ctrlK = (event.ctrlKey || event.metaKey) && event.key.toLowerCase() === "k";
-  if (!ctrlK && !(event.key === "/" && !typing && !event.ctrlKey && !event.metaKey && !event.altKey)) return;
-  if (!supports("search") || $("app-view").hidden) return;
+  if (event.key !== "/" || typing || event.ctrlKey || event.metaKey || event.altKey) return;
+  if (!supports("search") || $("app-view").hidden || document.querySelector("dialog[open]")) return;
   event.preventDefault();
   $("search-input").focus();
   $("search-input").select();
@@ -170,6 +170,8 @@ export async function openAt(scopeId, seq, messageId) {
   loadOwner(scopeId);
   renderScopes();
   renderTimeline({});
+  showPane("conversation");
+  focusComposer();
   flashMessage(`#messages [data-id="${CSS.escape(messageId)}"]`);
   scheduleMarkRead();
 }

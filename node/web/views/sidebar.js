@@ -9,6 +9,8 @@ import { request, isUnknownOp } from "../connection.js";
 import { scheduleMarkRead } from "../readstate.js";
 import { openScope, renderTimeline, setComposerEnabled } from "./conversation.js";
 import { closePanel, openThreadScope } from "./thread.js";
+import { confirmDialog } from "./dialogs.js";
+import { showPane } from "./layout.js";
 
 const BASE_TITLE = "scopenode";
 
@@ -144,7 +146,7 @@ export function renderScopes() {
         onclick: (event) => {
           event.preventDefault();
           if (scope.type === "thread") openThreadScope(scope.id);
-          else openScope(scope.id);
+          else openScope(scope.id, { reveal: true });
         },
       },
       el("span", { class: "scope-name" }, label),
@@ -190,7 +192,7 @@ export async function createChannel(event) {
     $("create-form").reset();
     $("create-form").closest("details").open = false;
     await refreshScopesNow();
-    openScope(scopeId);
+    openScope(scopeId, { reveal: true });
   } catch (err) {
     setText($("create-error"), describeError(err));
   }
@@ -198,7 +200,14 @@ export async function createChannel(event) {
 
 export async function leaveCurrent() {
   const scope = state.scopes.get(state.current);
-  if (!scope || !confirm(`Leave ${scopeLabel(scope)}?`)) return;
+  if (!scope) return;
+  const label = scopeLabel(scope);
+  const ok = await confirmDialog(
+    `Leave ${label}?`,
+    `New messages in ${label} stop reaching you. A public channel can be joined again from Browse channels; a private one needs an invitation.`,
+    "Leave channel",
+  );
+  if (!ok || state.current !== scope.id) return;
   try {
     await request("leave", { scopeId: scope.id });
   } catch (err) {
@@ -210,11 +219,13 @@ export async function leaveCurrent() {
   state.view = null;
   localStorage.removeItem(STORAGE_SCOPE);
   closePanel();
+  showPane("list");
   $("scope-title").textContent = "Select a conversation";
   $("members-button").disabled = true;
   setComposerEnabled(false);
   await refreshScopesNow();
   renderTimeline({});
+  (document.querySelector("nav .scope") || $("browse-button")).focus();
 }
 
 export async function setNotification() {

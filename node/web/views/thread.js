@@ -11,11 +11,16 @@ import { openScope, keepEditorFocus } from "./conversation.js";
 import { threadScopeOfRoot, startsGroup, messageNode } from "./message.js";
 import { loadOwner } from "./edits.js";
 import { takeComposer, clearComposer } from "./uploads.js";
+import { showPane, focusComposer } from "./layout.js";
+import { rove } from "./keyboard.js";
 
-export function openPanel(title) {
+// `reveal`: false when the open panel is only being brought up to date (a phone
+// keeps showing whatever pane it shows).
+export function openPanel(title, { reveal = true } = {}) {
   $("panel-title").textContent = title;
   show($("panel"), true);
   document.body.classList.add("with-panel");
+  if (reveal) showPane("panel");
 }
 
 export function closePanel() {
@@ -25,6 +30,7 @@ export function closePanel() {
   show($("thread-composer"), false);
   document.body.classList.remove("with-panel");
   $("members-button").setAttribute("aria-expanded", "false");
+  if (state.pane === "panel") showPane(state.current ? "conversation" : "list");
   renderScopes();
 }
 
@@ -67,6 +73,7 @@ export async function openThread(root, scopeId = null) {
     observe(page.scopeId, page.coversThroughSeq);
     if (panel.root && state.current !== panel.root.scopeId && state.scopes.has(panel.root.scopeId)) {
       openScope(panel.root.scopeId);
+      showPane("panel"); // the thread, not its channel, is what was asked for
     }
   } catch (err) {
     if (state.panel !== panel) return;
@@ -77,7 +84,7 @@ export async function openThread(root, scopeId = null) {
   renderThread({ stick: true });
   renderScopes();
   scheduleMarkRead();
-  $("thread-input").focus();
+  focusComposer("thread");
 }
 
 export function renderThread({ stick = false } = {}) {
@@ -107,6 +114,7 @@ export function renderThread({ stick = false } = {}) {
     ].filter(Boolean),
   );
   if (stick) body.scrollTop = body.scrollHeight;
+  rove(body);
   restoreFocus();
 }
 
