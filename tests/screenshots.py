@@ -3,7 +3,7 @@
 The same conditions as tests/test_browser.py: a node on a throwaway embedded
 PostgreSQL (or ``SCOPENODE_TEST_DATABASE_URL``'s server), members created by
 the admin CLI, and Debian's Chromium driven by Playwright, headless, light
-colour scheme, 1280×800.
+colour scheme, 1280×800 (and 375×667 for the phone layout).
 """
 
 from __future__ import annotations
@@ -184,12 +184,30 @@ async def capture(dsn: str, work: Path) -> None:
                 expect(first.get_by_role("button", name="👍 1", exact=True)).to_be_visible()
                 page.mouse.move(0, 0)
 
-                page.keyboard.press("Control+k")
+                messages(page).last.press("/")
                 page.get_by_role("searchbox", name="Search").fill("smoke suite")
                 page.keyboard.press("Enter")
                 results = page.get_by_role("list", name="Search results")
                 expect(results.or_(page.get_by_text("Search is not ready yet"))).to_be_visible()
                 page.screenshot(path=str(OUT / "search.png"))
+                context.close()
+
+                # A phone: one pane at a time.
+                context = browser.new_context(
+                    viewport={"width": 375, "height": 667}, color_scheme="light"
+                )
+                context.set_default_timeout(STEP_MS)
+                page = context.new_page()
+                page.goto(base + "/")
+                page.get_by_label("Token").fill(bob.token)
+                page.get_by_role("button", name="Sign in").click()
+                expect(messages(page)).to_have_count(len(CONVERSATION))
+                expect(page.get_by_role("status").first).to_have_text("Connected")
+                page.get_by_role("textbox", name="Message").blur()
+                page.screenshot(path=str(OUT / "phone-channel.png"))
+                page.get_by_role("button", name="Back").click()
+                expect(conversation(page, "#releases")).to_be_visible()
+                page.screenshot(path=str(OUT / "phone-list.png"))
                 context.close()
 
             await thread.run(shoot)
