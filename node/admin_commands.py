@@ -125,11 +125,7 @@ async def _create_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     async with await connect(dsn, autocommit=True) as conn:
         workspace_id = await _workspace(conn, args.workspace)
         if args.owner:
-            owner = await directory.get_member(conn, args.owner)
-            if owner is None or owner.workspace_id != workspace_id:
-                raise CliError(f"--owner: no member {args.owner} in workspace {workspace_id}")
-            if owner.type is not MemberType.HUMAN:
-                raise CliError(f"--owner: {args.owner} is not a human member")
+            await _human_owner(conn, args.owner, workspace_id)
         if await directory.get_member_by_handle(conn, workspace_id, handle) is not None:
             raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}")
         extra = await _channels(conn, workspace_id, slugs)
@@ -153,6 +149,16 @@ async def _create_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}") from None
         channels = {c.scope_id: c.slug for c in await scopes.admin_channels(conn, workspace_id)}
     return {"memberId": member.id, "channels": [f"#{channels[s]}" for s in joined]}
+
+
+async def _human_owner(conn: TrioConnection, member_id: str, workspace_id: str) -> Member:
+    """``--owner``: a human member of the workspace."""
+    owner = await directory.get_member(conn, member_id)
+    if owner is None or owner.workspace_id != workspace_id:
+        raise CliError(f"--owner: no member {member_id} in workspace {workspace_id}")
+    if owner.type is not MemberType.HUMAN:
+        raise CliError(f"--owner: {member_id} is not a human member")
+    return owner
 
 
 def _slugs(given: list[str]) -> list[str]:
@@ -267,16 +273,13 @@ async def _create_channel(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         raise CliError(f"--name: {problem or 'must not be empty'}")
     async with await connect(dsn, autocommit=True) as conn:
         workspace_id = await _workspace(conn, args.workspace)
-        if args.owner:
-            owner = await directory.get_member(conn, args.owner)
-            if owner is None or owner.workspace_id != workspace_id:
-                raise CliError(f"--owner: no member {args.owner} in workspace {workspace_id}")
-            if owner.type is not MemberType.HUMAN:
-                raise CliError(f"--owner: {args.owner} is not a human member")
-        else:
-            owner = await directory.channel_owner(conn, workspace_id)
-            if owner is None:
-                raise CliError(f"--owner: workspace {workspace_id} has no human to own it")
+        owner = (
+            await _human_owner(conn, args.owner, workspace_id)
+            if args.owner
+            else await directory.channel_owner(conn, workspace_id)
+        )
+        if owner is None:
+            raise CliError(f"--owner: workspace {workspace_id} has no human to own it")
         if await scopes.channel_by_slug(conn, workspace_id, slug) is not None:
             raise CliError(f"--slug: #{slug} exists in workspace {workspace_id}")
         visibility = "private" if args.private else "public"

@@ -267,17 +267,25 @@ async def run(
                 if op == "remove" and time.monotonic() > deadline:
                     return
 
+        async def ops_phase(
+            runner: RawReactions | RelayFloor, label: str, key: str, count_key: str, r: int
+        ) -> dict[str, Any]:
+            """One round of the op sequences through the raw statement or the relay."""
+            env.progress.phase(f"{label} {r + 1}/{ROUNDS}", 1)
+            latency = Latency(f"{key}_round")
+            p0 = time.monotonic()
+            done = await runner.run_phase(ops, phase_s, latency)
+            elapsed = time.monotonic() - p0
+            env.progress.close()
+            return {
+                count_key: done,
+                f"{key}_per_s": round(done / elapsed, 1) if elapsed else 0.0,
+                f"{key}_p50_ms": latency.percentile_ms(50),
+            }
+
         async def raw_phase(r: int, entry: dict[str, Any]) -> None:
             assert raw is not None
-            env.progress.phase(f"raw statement {r + 1}/{ROUNDS}", 1)
-            latency = Latency("raw_round")
-            p0 = time.monotonic()
-            raw_ops = await raw.run_phase(ops, phase_s, latency)
-            raw_s = time.monotonic() - p0
-            env.progress.close()
-            entry["raw_statements"] = raw_ops
-            entry["raw_per_s"] = round(raw_ops / raw_s, 1) if raw_s else 0.0
-            entry["raw_p50_ms"] = latency.percentile_ms(50)
+            entry.update(await ops_phase(raw, "raw statement", "raw", "raw_statements", r))
 
         async def node_phase(r: int, entry: dict[str, Any]) -> None:
             nonlocal node_elapsed, node_ops, cpu_node, cpu_gen
@@ -320,14 +328,9 @@ async def run(
 
         async def floor_phase(r: int, entry: dict[str, Any]) -> None:
             assert floor is not None
-            env.progress.phase(f"relay floor {r + 1}/{ROUNDS}", 1)
-            latency = Latency("floor_round")
-            p0 = time.monotonic()
-            floor_ops = await floor.run_phase(ops, phase_s, latency)
-            entry["relay_floor_reactions"] = floor_ops
-            entry["relay_floor_per_s"] = round(floor_ops / (time.monotonic() - p0), 1)
-            entry["relay_floor_p50_ms"] = latency.percentile_ms(50)
-            env.progress.close()
+            entry.update(
+                await ops_phase(floor, "relay floor", "relay_floor", "relay_floor_reactions", r)
+            )
 
         phases = {"raw": raw_phase, "node": node_phase, "floor": floor_phase}
         present = [name for name in PHASES if name == "node" or (raw if name == "raw" else floor)]
