@@ -189,6 +189,16 @@ def walk(browser: Browser, base: str, token: str, width: int) -> list[str]:
         back.click()
         expect(results).to_be_hidden()
 
+        if width == WIDTHS[-1]:
+            # Saying yes: the channel is left and the list comes back without it.
+            page.get_by_role("button", name="Leave", exact=True).click()
+            page.get_by_role("dialog", name="Leave #design?").get_by_role(
+                "button", name="Leave channel"
+            ).click()
+            expect(nav).to_be_visible()
+            expect(conversation(page, "#design")).to_have_count(0)
+            fits(page, "after leaving")
+
         page.get_by_role("button", name="Menu").click()
         page.get_by_role("button", name="Sign out").click()
         expect(page.get_by_role("button", name="Sign in")).to_be_visible()
