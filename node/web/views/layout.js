@@ -9,6 +9,7 @@ import { closePanel } from "./thread.js";
 
 // A touch screen's keyboard would cover the conversation it was asked to show.
 const TOUCH = window.matchMedia("(hover: none) and (pointer: coarse)");
+const PHONE = window.matchMedia("(max-width: 640px)");
 
 export function showPane(pane) {
   state.pane = pane;
@@ -55,8 +56,17 @@ function onEscape(event) {
   }
 }
 
+function fitPlaceholder() {
+  // The desktop hint (Enter, Shift+Enter) would wrap over three lines of a phone's composer.
+  const box = $("composer-input");
+  box.dataset.hint ??= box.placeholder;
+  box.placeholder = PHONE.matches ? "Write a message…" : box.dataset.hint;
+}
+
 export function wireLayout() {
   showPane(state.pane);
+  fitPlaceholder();
+  PHONE.addEventListener("change", fitPlaceholder);
   $("back-to-list").addEventListener("click", backToList);
   $("panel-back").addEventListener("click", () => {
     closePanel();
