@@ -1,9 +1,9 @@
 """Baseline (a): the raw database send transaction, no node.
 
 One autocommitted statement per transaction: the Applier's single-send writes
-(``storage.applier.RAW_SEND_BASELINE_SQL``: the fence, the message and its
+(``storage.send_baseline.RAW_SEND_BASELINE_SQL``: the fence, the message and its
 realtime outbox row) on a workspace, member and scope of the worker's own,
-committed through ``storage.applier.run_baseline``: on the node's connection
+committed through ``storage.send_baseline.run_baseline``: on the node's connection
 type (psycopg on trio), through the prepared-statement call the node's own
 sends take, with the parameters encoded once as the node encodes a send's. A
 later speed-up of that path speeds the baseline up with it.
@@ -20,7 +20,7 @@ import psycopg
 import trio
 
 from bench.stats import Latency
-from storage import applier, pg
+from storage import pg, send_baseline
 
 
 @dataclass(frozen=True)
@@ -45,20 +45,20 @@ class _Worker:
 
     @classmethod
     async def on_new_scope(cls, conn: pg.TrioConnection) -> _Worker:
-        return cls.on(conn, await applier.prepare_baseline(conn))
+        return cls.on(conn, await send_baseline.prepare_baseline(conn))
 
     @classmethod
     def on(cls, conn: pg.TrioConnection, params: dict[str, Any]) -> _Worker:
-        return cls(conn, params, applier.baseline_statement_values(params))
+        return cls(conn, params, send_baseline.baseline_statement_values(params))
 
     async def send(self) -> None:
-        await applier.run_baseline(self.conn, self.values)
+        await send_baseline.run_baseline(self.conn, self.values)
 
     async def settle(self) -> None:
         """Leave no pending outbox rows behind for the node's worker to replay
         while a later phase is measured (outside every timed window)."""
         await self.conn.execute(
-            applier.BASELINE_SETTLE_SQL, applier.baseline_settle_params(self.params)
+            send_baseline.BASELINE_SETTLE_SQL, send_baseline.baseline_settle_params(self.params)
         )
 
 
@@ -91,8 +91,8 @@ class _Measure:
         finally:
             await conn.close()
         out: dict[str, Any] = {
-            "statement": "storage.applier.RAW_SEND_BASELINE_SQL",
-            "call": "storage.applier.run_baseline",
+            "statement": "storage.send_baseline.RAW_SEND_BASELINE_SQL",
+            "call": "storage.send_baseline.run_baseline",
             "driver": "storage.pg (psycopg on trio)",
             "sequential": {
                 **seq.summary(),
@@ -117,7 +117,9 @@ class _Measure:
         # Each scope is created before the clock starts; workers i and j share
         # one when i // per_scope == j // per_scope.
         per_scope = max(1, self.plan.per_scope)
-        scoped = [await applier.prepare_baseline(conn) for conn in conns[: -(-c // per_scope)]]
+        scoped = [
+            await send_baseline.prepare_baseline(conn) for conn in conns[: -(-c // per_scope)]
+        ]
         workers = [_Worker.on(conn, scoped[i // per_scope]) for i, conn in enumerate(conns)]
         counts = [0] * c
         start = time.monotonic()

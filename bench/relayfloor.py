@@ -20,13 +20,13 @@ system calls release the interpreter's lock).
 the relay commits what is queued as the node's committer does — up to
 ``--lanes`` statements in flight, each taking every queued request whose
 scope has none in flight, a lone request as the raw send statement itself
-(``storage.applier.run_baseline``), several as the node's group statement
+(``storage.send_baseline.run_baseline``), several as the node's group statement
 (``storage.applier.run_group_rows``), both through the prepared-statement
 call the node's sends take — and replies after commit. It does not wait to
 gather a lane's share as the node's committer may (``gather``), and it opens
 its connections for each phase.
 No actor, policy, plan, event or outbox delivery. Each scope is a baseline
-scope of its own (``storage.applier.baseline_values``); the outbox rows it
+scope of its own (``storage.send_baseline.baseline_values``); the outbox rows it
 leaves are settled when it stops, as the raw phase's are.
 
 Run by ``scopenode bench reactions --relay-floor`` (``bench.workloads.reactions``)
@@ -68,7 +68,7 @@ from bench import leanws
 from bench.rawfanout import accept_upgrade
 from bench.stats import Latency
 from protocol.wsframes import TEXT, InboundFrames, frame
-from storage import applier, directory, pg
+from storage import applier, directory, pg, send_baseline
 from storage import reactions as stored_reactions
 from storage import scopes as stored_scopes
 from storage.visibility import Viewer
@@ -320,7 +320,7 @@ class SendRelay:
                 self.lot.unpark()
 
     async def commit_lone(self, conn: pg.TrioConnection, scope: int, _fd: int) -> list[int]:
-        rows = await applier.run_baseline(conn, self.scopes[scope]["statement_values"])
+        rows = await send_baseline.run_baseline(conn, self.scopes[scope]["statement_values"])
         row = rows[0] if rows else None
         if row is None or row[0] != "sent":
             raise RuntimeError(f"the raw send statement wrote nothing: {row}")
@@ -373,15 +373,15 @@ class SendRelay:
 async def send_scopes(conn: pg.TrioConnection, count: int) -> list[dict[str, Any]]:
     scopes: list[dict[str, Any]] = []
     for _ in range(count):
-        values = await applier.baseline_values(conn)
+        values = await send_baseline.baseline_values(conn)
         info = await stored_scopes.get_scope(conn, values["scope_id"])
         assert info is not None
-        params = applier.prepare_baseline_params(values)
+        params = send_baseline.prepare_baseline_params(values)
         scopes.append(
             {
                 **values,
                 "params": params,
-                "statement_values": applier.baseline_statement_values(params),
+                "statement_values": send_baseline.baseline_statement_values(params),
                 "latest_seq": info.latest_seq,
                 "generation": info.roster_generation,
                 "outbox": msgspec.json.decode(values["outbox"]),
@@ -404,7 +404,7 @@ async def serve_sends(dsn: str, scopes: int, lanes: int) -> None:
     committers = [functools.partial(relay.lane, conn) for conn in relay.conns]
     await _serve_until_stdin_closes(route, *committers)
     for sc in relay.scopes:
-        await setup.execute(applier.BASELINE_SETTLE_SQL, (sc["workspace_id"],))
+        await setup.execute(send_baseline.BASELINE_SETTLE_SQL, (sc["workspace_id"],))
     print(f"STATEMENTS {relay.statements}", flush=True)
     for conn in [setup, *relay.conns]:
         await conn.close()

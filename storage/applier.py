@@ -39,7 +39,7 @@ from actors.planner import MessagePlan
 from actors.ports import CommittedSend, FenceLost, IdempotencyRace
 from actors.sources import source_rows
 from storage.errors import map_errors
-from storage.pg import Prepared, TrioConnection, text_param
+from storage.pg import Prepared, TrioConnection
 
 # The first delivery is inline after commit; the outbox worker only touches a
 # row once it is due: a wake not acknowledged by then, or a realtime row that
@@ -211,7 +211,7 @@ def _writes(v: _Values, *, dedupe_key: str = "o.dedupe_key") -> str:
 )"""
 
 
-def _single_send(
+def single_send_statement(
     *,
     message_id: str = "%(message_id)s",
     created_at: str = "%(created_at)s",
@@ -338,14 +338,14 @@ SELECT 'existing', ord, id, seq, NULL, digest, NULL FROM existing
 """
 
 
-SEND_MESSAGE = _single_send()
+SEND_MESSAGE = single_send_statement()
 SEND_GROUP = _group_send()
 
 # Parameter types of the prepared statements (OIDs); strings are left to the
 # server's inference (0, as psycopg sends them), so text and enum-like columns
 # bind alike.
 _UNKNOWN, _BYTEA, _INT8, _TIMESTAMPTZ, _INTERVAL = 0, 17, 20, 1184, 1186
-_SEND_TYPES = {
+SEND_TYPES = {
     "scope_id": _UNKNOWN,
     "workspace_id": _UNKNOWN,
     "message_id": _UNKNOWN,
@@ -369,8 +369,8 @@ _SEND_TYPES = {
     "plans": _UNKNOWN,
     "sources": _UNKNOWN,
 }
-_SEND, _SEND_NAMES = Prepared.from_named("scopenode_send_v2", SEND_MESSAGE, _SEND_TYPES)
-_GROUP, _GROUP_NAMES = Prepared.from_named("scopenode_send_group_v2", SEND_GROUP, _SEND_TYPES)
+_SEND, _SEND_NAMES = Prepared.from_named("scopenode_send_v2", SEND_MESSAGE, SEND_TYPES)
+_GROUP, _GROUP_NAMES = Prepared.from_named("scopenode_send_group_v2", SEND_GROUP, SEND_TYPES)
 _WAKE_RETRY_TEXT = f"{WAKE_RETRY_AFTER.total_seconds()} seconds".encode()
 _REPLAY_TEXT = f"{REPLAY_AFTER.total_seconds()} seconds".encode()
 assert _GROUP_NAMES == ("plans", "wake_retry_after", "replay_after")
@@ -599,111 +599,3 @@ async def apply_sends(conn: TrioConnection, plans: Sequence[MessagePlan]) -> lis
             return [await _send_one(conn, plans[0])]
         async with conn.transaction():
             return [await _send_one(conn, plan) for plan in plans]
-
-
-# --------------------------------------------------------------- bench baseline
-# The bench measures "the same writes the Applier makes, through the same
-# driver, no node": the single-send statement with server-made ids and the
-# fence comparing the row with itself (each worker owns its scope). Its
-# parameters are bound by name (psycopg sends a repeated name once, as the
-# node's prepared statements do).
-RAW_SEND_BASELINE_SQL = _single_send(
-    message_id="'msg_' || replace(gen_random_uuid()::text, '-', '')",
-    created_at="now()",
-    expected_seq="s.latest_seq",
-    expected_generation="s.roster_generation",
-    outbox_key="'rt:' || message.id",
-)
-_BASELINE, _BASELINE_NAMES = Prepared.from_named(
-    "scopenode_send_baseline_v1", RAW_SEND_BASELINE_SQL, _SEND_TYPES
-)
-
-
-def baseline_statement_values(params: dict[str, Any]) -> list[bytes | None]:
-    """The baseline statement's parameters (``prepare_baseline_params``) as the
-    node binds a send's: encoded once, in the prepared statement's order."""
-    return [text_param(params[name]) for name in _BASELINE_NAMES]
-
-
-async def run_baseline(conn: TrioConnection, values: Sequence[bytes | None]) -> list[Any]:
-    """The raw send statement, committed through the call the node's sends
-    take (``run_prepared``): the bench's raw phase and bare relay time the
-    statement, not a slower driver path."""
-    with map_errors():
-        return await conn.run_prepared(_BASELINE, values)
-
-
-# The node marks a realtime row delivered after fan-out; the raw statement has
-# no node behind it, so its rows would stay pending and the node's outbox
-# worker would replay them ten seconds later, in the middle of the next
-# measured phase. The bench settles them right after each baseline phase.
-BASELINE_SETTLE_SQL = (
-    "UPDATE scope_fanout_outbox SET status = 'delivered', delivered_at = now()"
-    " WHERE workspace_id = %s AND status = 'pending'"
-)
-
-
-def baseline_settle_params(params: dict[str, Any]) -> tuple[Any, ...]:
-    """Parameters of ``BASELINE_SETTLE_SQL`` for one worker's baseline parameters."""
-    return (params["workspace_id"],)
-
-
-async def prepare_baseline(conn: TrioConnection) -> dict[str, Any]:
-    """Parameters for one baseline worker: its own workspace, member and scope."""
-    return prepare_baseline_params(await baseline_values(conn))
-
-
-def prepare_baseline_params(values: dict[str, Any]) -> dict[str, Any]:
-    """The baseline statement's parameters, by name, out of ``baseline_values``."""
-    return {name: values[name] for name in _BASELINE_NAMES}
-
-
-async def baseline_values(conn: TrioConnection) -> dict[str, Any]:
-    """The baseline statement's parameters by name, on a new workspace,
-    member and scope of their own (the schema created first if missing)."""
-    from actors.model import MemberType
-    from storage import directory, schema, scopes
-
-    cur = await conn.execute("SELECT to_regclass('scope_messages') IS NOT NULL")
-    row = await cur.fetchone()
-    if not (row and row[0]):
-        for migration in schema.migrations():
-            await conn.execute(migration.sql.encode())
-        await conn.execute(schema.CREATE_BOOKKEEPING)
-    workspace_id = await directory.create_workspace(conn, "bench-baseline")
-    author = await directory.create_member(
-        conn, workspace_id=workspace_id, type_=MemberType.AGENT, handle="baseline"
-    )
-    scope_id = await scopes.create_channel(
-        conn, creator=author, slug="baseline", name="baseline", visibility="public", description=""
-    )
-    values = {
-        "scope_id": scope_id,
-        "workspace_id": workspace_id,
-        "author_id": author.id,
-        "author_type": "agent",
-        "client_message_id": None,
-        "digest": None,
-        "message_type": "text",
-        "content": "x" * 200,
-        "metadata": _json({}),
-        "outbox": _json(
-            [
-                {
-                    "fanout_type": "realtime",
-                    "policy": "inline_ordinary",
-                    "target": None,
-                    "dedupe_key": None,
-                    "reason": None,
-                }
-            ]
-        ),
-        "wake_retry_after": WAKE_RETRY_AFTER,
-        "replay_after": REPLAY_AFTER,
-        "roster_bump": 0,
-        "parent_id": None,
-        "parent_generation": None,
-        "joins": "[]",
-        "sources": "[]",
-    }
-    return values

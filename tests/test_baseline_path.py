@@ -18,7 +18,7 @@ import pytest
 from actors.search_query import parse
 from bench import relayfloor
 from bench.dbbaseline import DbPlan, measure_db
-from storage import applier, search_sql
+from storage import applier, search_sql, send_baseline
 from storage import search as stored_search
 from storage.pg import Prepared, TrioConnection, connect
 from tests.nodes import make_channel, running_world
@@ -80,7 +80,7 @@ async def test_the_raw_send_phase_takes_the_same_call(database_url: str, calls: 
     sent = result["sequential"]["count"] + result["concurrent"]["2"]["transactions"]
     assert sent >= 7
     assert calls.count(BASELINE) == sent
-    assert not calls.executed_any(applier.RAW_SEND_BASELINE_SQL)
+    assert not calls.executed_any(send_baseline.RAW_SEND_BASELINE_SQL)
 
 
 async def test_the_bare_relay_commits_lone_and_group_sends_through_the_same_call(
@@ -98,7 +98,7 @@ async def test_the_bare_relay_commits_lone_and_group_sends_through_the_same_call
     assert group == [lone + 1, 1, lone + 2]
     assert calls.count(BASELINE) == 1
     assert calls.count(GROUP) == 1
-    assert not calls.executed_any(applier.RAW_SEND_BASELINE_SQL, applier.SEND_GROUP)
+    assert not calls.executed_any(send_baseline.RAW_SEND_BASELINE_SQL, applier.SEND_GROUP)
 
 
 async def test_the_raw_search_takes_the_nodes_call(database_url: str, calls: Calls) -> None:

@@ -21,8 +21,8 @@ def named_paths(text: str) -> list[Path]:
     for match in NAMED.findall(text):
         found = match.rstrip(".,")
         if braces := re.search(r"\{([^}]*)\}", found):
-            for item in braces.group(1).split(","):
-                paths.append(ROOT / (found[: braces.start()] + item + found[braces.end() :]))
+            head, tail = found[: braces.start()], found[braces.end() :]
+            paths.extend(ROOT / (head + item + tail) for item in braces.group(1).split(","))
         else:
             paths.append(ROOT / found)
     return paths
@@ -45,9 +45,7 @@ def test_the_runs_kept_are_the_ones_behind_the_page() -> None:
     assert len(files) <= MAX_FILES, f"{len(files)} files under docs/perf"
     named = named_paths(PAGE.read_text())
     unnamed = [
-        str(f.relative_to(ROOT))
-        for f in files
-        if not any(f == p or p in f.parents for p in named)
+        str(f.relative_to(ROOT)) for f in files if not any(f == p or p in f.parents for p in named)
     ]
     assert not unnamed, f"kept but not named on the page: {unnamed}"
 

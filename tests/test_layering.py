@@ -288,3 +288,29 @@ def test_scopenode_reaches_the_registered_commands(argv: list[str], usage: str) 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(usage), done.stdout
+
+
+# A module past these sizes holds more than one job: split it by job.
+PYTHON_MODULE_MAX_LINES = 700
+WEB_MODULE_MAX_LINES = 600
+WEB_ROOT_MAX_LINES = 400  # node/web/app.js only composes the modules
+
+
+def _lines(path: Path) -> int:
+    return path.read_text().count("\n")
+
+
+def test_no_module_outgrows_one_job() -> None:
+    product = ("protocol", "actors", "storage", "node")
+    python = [p for pkg in product for p in (ROOT / pkg).rglob("*.py")]
+    web = list((ROOT / "node" / "web").rglob("*.js"))
+    too_big = [
+        f"{p.relative_to(ROOT)}: {_lines(p)} lines"
+        for p, limit in [
+            *((p, PYTHON_MODULE_MAX_LINES) for p in python),
+            *((p, WEB_MODULE_MAX_LINES) for p in web),
+        ]
+        if _lines(p) > limit
+    ]
+    assert not too_big, too_big
+    assert _lines(ROOT / "node" / "web" / "app.js") <= WEB_ROOT_MAX_LINES

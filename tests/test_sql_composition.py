@@ -11,7 +11,7 @@ import ast
 import re
 from pathlib import Path
 
-from storage import applier, reactions, relay, search_sql
+from storage import applier, reactions, relay, search_sql, send_baseline
 from storage.visibility import READABLE_JOIN, ViewerTerms, readable_join
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def test_the_send_forms_make_the_same_writes() -> None:
     single = _writes(applier.SEND_MESSAGE)
     assert single >= {"scopes", "scope_messages", "scope_fanout_outbox", "attachments"}
     assert _writes(applier.SEND_GROUP) == single
-    assert _writes(applier.RAW_SEND_BASELINE_SQL) == single
+    assert _writes(send_baseline.RAW_SEND_BASELINE_SQL) == single
 
 
 def test_the_reaction_forms_make_the_same_writes() -> None:
