@@ -41,10 +41,19 @@ from __future__ import annotations
 import enum
 import re
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["Mention", "MentionMode", "live_handles", "mode_for_forward", "parse_mentions"]
+from actors.model import Member
+
+__all__ = [
+    "Mention",
+    "MentionMode",
+    "live_handles",
+    "mode_for_forward",
+    "not_in_scope",
+    "parse_mentions",
+]
 
 MAX_HANDLE_LENGTH = 64
 
@@ -128,6 +137,24 @@ def parse_mentions(content: str, mode: MentionMode = MentionMode.NORMAL) -> tupl
 def live_handles(content: str, mode: MentionMode = MentionMode.NORMAL) -> frozenset[str]:
     """The distinct handles live in ``content`` (lower case, without ``@``)."""
     return frozenset(mention.handle for mention in parse_mentions(content, mode))
+
+
+def not_in_scope(author: Member, mentioned: Iterable[tuple[Member, bool]]) -> tuple[Member, ...]:
+    """Of the mentioned ``(member, in_scope)``, whom to tell the author about: the
+    members of the author's workspace who will not read the message, by handle.
+
+    A private agent is named only to its owner: to anyone else, that it exists
+    at all is not theirs to learn (docs/design.md#private-agents).
+    """
+    found = {
+        member.id: member
+        for member, in_scope in mentioned
+        if not in_scope
+        and member.id != author.id
+        and member.workspace_id == author.workspace_id
+        and (not member.is_private_agent or member.owner_member_id == author.id)
+    }
+    return tuple(sorted(found.values(), key=lambda m: m.handle))
 
 
 def _inert_intervals(content: str) -> tuple[list[int], list[int]]:

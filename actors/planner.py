@@ -61,6 +61,8 @@ class ScopeContext(msgspec.Struct, frozen=True):
     thread: ThreadFacts | None = None
     # The scope's ``roster_generation`` this context reflects (the send's fence).
     roster_generation: int = 0
+    # A DM: every message in it is addressed to the other member.
+    dm: bool = False
 
     def roster(self) -> list[str]:
         """Potential readers: members of the scope, and for a thread the parent's
@@ -293,9 +295,7 @@ def plan_message(
     mutations, admissions = thread_mutations(intent, author, scope, mentioned)
     vis = with_memberships(scope.visibility, mutations, seq)
     if mutations:
-        scope = ScopeContext(
-            vis, scope.notification, scope.latest_seq, scope.thread, scope.roster_generation
-        )
+        scope = msgspec.structs.replace(scope, visibility=vis)
     readers: set[str] = set()
     wakes: list[tuple[str, str]] = []
     explain: list[RecipientExplain] = []
@@ -414,6 +414,8 @@ def _wake_reason(
         addressed = "explicit_recipient"
     elif member.handle in mentioned:
         addressed = "mention"
+    elif scope.dm:
+        addressed = "dm"
     elif state is NotificationState.AUTO_WAKE:
         addressed = "auto_wake"
     else:

@@ -28,6 +28,7 @@ from actors.model import (
     NotificationState,
     ScopeInfo,
     ScopeSnapshot,
+    ScopeType,
 )
 from actors.planner import MessageIntent, MessagePlan, ScopeContext, plan_message
 from actors.policy import ThreadFacts, can_post, thread_admission
@@ -204,7 +205,12 @@ class ScopeState:
 
     def scope_context(self) -> ScopeContext:
         return ScopeContext(
-            self.visibility, self.notification, self.latest_seq, self.thread, self.roster_generation
+            self.visibility,
+            self.notification,
+            self.latest_seq,
+            self.thread,
+            self.roster_generation,
+            dm=self.scope.type is ScopeType.DM,
         )
 
     def roster_changed(self, generation: int) -> None:

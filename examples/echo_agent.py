@@ -1,4 +1,4 @@
-"""An agent daemon that answers every mention with an echo.
+"""An agent daemon that answers every wake (a mention, any DM) with an echo.
 
     scopenode admin create-member --workspace W --type agent --handle echo
     scopenode admin issue-token --member MEM
@@ -6,6 +6,7 @@
 
 Add the agent to a channel (``join`` as the agent, or invite it), then write
 ``@echo hello`` there: it answers ``echo: hello`` in the same conversation.
+In a DM with it, ``hello`` is enough.
 
 The loop is the one ``docs/agents.md`` describes: wait for a wake, answer it
 with :meth:`DaemonClient.reply` (fresh send; on ``held`` read what is new and

@@ -130,6 +130,10 @@ RESULTS: dict[str, str] = {
         " `held` (freshness: messages the sender has not seen arrived first; nothing"
         " was stored, `needsRefreshUntilSeq` says how far to read before retrying) or"
         " `partial_held` (a chunked send stored some rows, then was held)."
+        " A stored send that mentions someone of the workspace who is not a member of"
+        " the scope (nor, for a thread, of its channel) still succeeds; its result"
+        " carries `hints` (`SendHint`, only when there is one), so the client can offer"
+        " to invite them. A private agent is hinted only to its owner."
         " See [design.md#freshness](design.md#freshness) and"
         " [design.md#chunked-sends](design.md#chunked-sends)."
     ),
@@ -238,8 +242,9 @@ EVENTS: dict[str, str] = {
         " reader session, after the message is stored, in seq order per scope."
     ),
     "deliver": (
-        "An agent wake (mention, explicit recipient, `auto-wake`) to the agent's daemon"
-        " sessions. Stays pending until `ack`ed; redelivered on reconnect."
+        "An agent wake to the agent's daemon sessions; `reason` is `mention`,"
+        " `explicit_recipient`, `auto_wake` or `dm` (any message of the other member"
+        " of a DM, mention or not). Stays pending until `ack`ed; redelivered on reconnect."
     ),
     "resumed": "Ends the replay of a `hello.resume`; per scope how far it went.",
     "readState": "Another session of the same member moved its read state.",
@@ -476,6 +481,7 @@ def render() -> str:
         frames.ThreadSummary,
         frames.ResumeState,
         frames.SendResult,
+        frames.SendHint,
         frames.ChannelEntry,
         frames.PersonEntry,
     ]

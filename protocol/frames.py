@@ -484,6 +484,17 @@ class SendResult(Struct, rename="camel", kw_only=True, omit_defaults=True):
     # A fully accepted chunked logical send: every row, in order (additive).
     chunks: list[dict[str, Any]] | None = None
     explain: dict[str, Any] | None = None
+    # Mentioned members who will not read the message (additive).
+    hints: list[SendHint] | None = None
+
+
+class SendHint(Struct, rename="camel", kw_only=True):
+    """Something the sender may want to act on; ``kind`` ``not_in_scope``: the
+    mentioned member is not in the conversation (the message was still sent)."""
+
+    kind: Literal["not_in_scope"]
+    member_id: str
+    handle: str
 
 
 def to_builtins(value: Any) -> Any:

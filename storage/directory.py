@@ -27,6 +27,20 @@ SELECT_MEMBERS = f"SELECT {MEMBER_COLUMNS} FROM members WHERE id = ANY(%s::text[
 SELECT_MEMBER_BY_HANDLE = (
     f"SELECT {MEMBER_COLUMNS} FROM members WHERE workspace_id = %s AND handle = %s"
 )
+# ``in_scope``: a current member of the scope or, for a thread, of its channel
+# (whose members read the thread).
+SELECT_MENTIONED = f"""
+SELECT {", ".join("m." + c for c in MEMBER_COLUMNS.split(", "))},
+       EXISTS (
+           SELECT 1 FROM scope_memberships sm
+           WHERE sm.member_id = m.id AND sm.effective_to_seq IS NULL
+             AND (sm.scope_id = %(scope)s
+                  OR sm.scope_id = (SELECT parent_scope_id FROM scopes WHERE id = %(scope)s))
+       )
+FROM members m
+WHERE m.workspace_id = %(workspace)s AND m.handle = ANY(%(handles)s::text[])
+  AND m.status = 'active'
+"""
 SELECT_WORKSPACE = "SELECT id, name FROM workspaces WHERE id = %s"
 SELECT_WORKSPACES = """
 SELECT w.id, w.name, w.created_at, (SELECT count(*) FROM members m WHERE m.workspace_id = w.id)
@@ -246,6 +260,19 @@ async def get_member_by_handle(
         cur = await conn.execute(SELECT_MEMBER_BY_HANDLE, (workspace_id, handle))
         row = await cur.fetchone()
     return member_from_row(row) if row else None
+
+
+async def mentioned_members(
+    conn: TrioConnection, workspace_id: str, scope_id: str, handles: list[str]
+) -> list[tuple[Member, bool]]:
+    """The active members of the workspace with these handles, each with whether
+    it reads ``scope_id``."""
+    with map_errors():
+        cur = await conn.execute(
+            SELECT_MENTIONED, {"scope": scope_id, "workspace": workspace_id, "handles": handles}
+        )
+        rows = await cur.fetchall()
+    return [(member_from_row(row), bool(row[7])) for row in rows]
 
 
 async def first_human(conn: TrioConnection) -> Member | None:

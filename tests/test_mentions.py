@@ -13,8 +13,10 @@ from actors.mentions import (
     MentionMode,
     live_handles,
     mode_for_forward,
+    not_in_scope,
     parse_mentions,
 )
+from actors.model import Member, MemberType
 
 
 def handles(content: str, mode: MentionMode = MentionMode.NORMAL) -> list[str]:
@@ -320,3 +322,21 @@ def test_offsets_cover_exactly_the_token(content: str) -> None:
         assert content[m.start : m.end].lower() == "@" + m.handle
     assert [m.start for m in mentions] == sorted({m.start for m in mentions})
     assert live_handles(content) == {m.handle for m in mentions}
+
+
+def test_not_in_scope_names_only_what_the_author_may_know() -> None:
+    author = Member("a", "ws", MemberType.HUMAN, "ann", "Ann")
+    agent = Member("e", "ws", MemberType.AGENT, "echo", "Echo")
+    mine = Member("m", "ws", MemberType.AGENT, "mine", "Mine", "a", True)
+    theirs = Member("t", "ws", MemberType.AGENT, "theirs", "Theirs", "x", True)
+    member = Member("b", "ws", MemberType.HUMAN, "bob", "Bob")
+    foreign = Member("f", "other", MemberType.HUMAN, "far", "Far")
+    mentioned = [
+        (agent, False),
+        (mine, False),
+        (theirs, False),
+        (member, True),
+        (foreign, False),
+        (author, False),
+    ]
+    assert not_in_scope(author, mentioned) == (agent, mine)

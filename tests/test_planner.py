@@ -256,3 +256,47 @@ def test_private_agent_is_held_only_by_messages_it_can_see() -> None:
     assert isinstance(held.result, SendResult)
     assert held.result.state == "held"
     assert held.result.latest_seq == owner_seq
+
+
+def dm_snapshot(notification: dict[str, NotificationState] | None = None) -> ScopeSnapshot:
+    return ScopeSnapshot(
+        scope=ScopeInfo("scp_dm", WS, ScopeType.DM, 3),
+        memberships=(
+            Membership("human", "public", None, 1),
+            Membership("bot", "public", None, 1),
+        ),
+        members=MEMBERS,
+        notification=notification or {},
+        grants=(),
+        recent=(),
+        idempotency={},
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "content", "woken"),
+    [
+        (NotificationState.ACTIVE, "plain", {"bot": "dm"}),
+        (NotificationState.ACTIVE, "hi @bot", {"bot": "mention"}),
+        (NotificationState.MUTE, "plain", {}),
+        (NotificationState.NO_WAKE, "plain", {}),
+    ],
+)
+def test_a_dm_message_wakes_the_other_member_without_a_mention(
+    state: NotificationState, content: str, woken: dict[str, str]
+) -> None:
+    scope = ScopeState(dm_snapshot({"bot": state}))
+    plan = plan_message(intent(content), HUMAN, context(scope), expected_seq=3)
+    assert dict(plan.wakes) == woken
+
+
+def test_an_agent_never_wakes_itself_in_a_dm() -> None:
+    scope = ScopeState(dm_snapshot())
+    plan = plan_message(intent("plain"), PUBLIC_AGENT, context(scope), expected_seq=3)
+    assert plan.wakes == ()
+
+
+def test_a_channel_message_without_a_mention_still_does_not_wake() -> None:
+    scope = ScopeState(snapshot())
+    plan = plan_message(intent("plain"), HUMAN, context(scope), expected_seq=3)
+    assert plan.wakes == ()

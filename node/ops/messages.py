@@ -5,15 +5,18 @@ the order read, and the actor answers through ``reply`` after commit.
 
 Before that, the fields a client may not set freely are checked: the pure
 rules of ``actors/send_rules.py`` first, then (only when the send has them)
-its recipients, forward sources and attachments against the database. A
-plain send, with none of them, takes no extra round trip.
+its recipients, forward sources, attachments and live mentions (for the
+``not_in_scope`` hints) against the database. A plain send, with none of
+them, takes no extra round trip.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from actors.mentions import mode_for_forward
+import msgspec
+
+from actors.mentions import live_handles, mode_for_forward, not_in_scope
 from actors.model import Member, MemberType
 from actors.scope_mutations import DeleteCommand, EditCommand
 from actors.scope_state import SendCommand
@@ -22,7 +25,15 @@ from actors.sources import SOURCE_COUNTS
 from node.ops.context import Context, member_of
 from node.services import Services
 from protocol.errors import ErrorCode, OperationError
-from protocol.frames import CAPABILITY_FRESHNESS, Delete, Edit, Send, SendResult, SourceRef
+from protocol.frames import (
+    CAPABILITY_FRESHNESS,
+    Delete,
+    Edit,
+    Send,
+    SendHint,
+    SendResult,
+    SourceRef,
+)
 from storage import access, directory, messages, moderation
 from storage import attachments as storage_attachments
 from storage.attachments import Attachment
@@ -87,6 +98,10 @@ async def submit_send(
     scope_id = services.resolver.cached(member, request.target)
     if scope_id is None:
         scope_id = await services.resolver.resolve(member, request.target)
+    mode = mode_for_forward(request.forward.mode if request.forward else None)
+    handles = live_handles(request.content, mode) if "@" in request.content else frozenset()
+    if handles:
+        reply = await with_hints(services, member, scope_id, handles, reply)
     attachments = (
         await reserve_attachments(services, member, scope_id, request)
         if request.attachment_ids
@@ -95,6 +110,34 @@ async def submit_send(
     await services.registry.submit(
         scope_id, send_command(member, request, capabilities, reply, recipients, attachments)
     )
+
+
+async def with_hints(
+    services: Services, member: Member, scope_id: str, handles: frozenset[str], reply: SendReply
+) -> SendReply:
+    """``reply``, adding a ``not_in_scope`` hint for each mentioned member who
+    will not read the message, so the sender can invite them.
+
+    Looked up before the send: a roster change racing it only makes the hint
+    stale, never the send wrong.
+    """
+    async with services.pool.connection() as conn:
+        mentioned = await directory.mentioned_members(
+            conn, member.workspace_id, scope_id, sorted(handles)
+        )
+    hints = [
+        SendHint(kind="not_in_scope", member_id=m.id, handle=m.handle)
+        for m in not_in_scope(member, mentioned)
+    ]
+    if not hints:
+        return reply
+
+    def hinted(result: SendResult | OperationError) -> None:
+        if isinstance(result, SendResult) and result.state in ("sent", "already_sent"):
+            result = msgspec.structs.replace(result, hints=hints)
+        reply(result)
+
+    return hinted
 
 
 async def reserve_attachments(
