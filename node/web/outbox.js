@@ -6,6 +6,7 @@ import { $, el, setText } from "./dom.js";
 import { randomId, moderationWords, describeError } from "./format.js";
 import { request } from "./connection.js";
 import { renderExtras } from "./views/uploads.js";
+import { showHints } from "./views/hints.js";
 
 export function pendingFor(scopeId) {
   return state.outbox.filter((item) => item.scopeId === scopeId);
@@ -104,6 +105,7 @@ export async function flushOutbox() {
         state.outbox = state.outbox.filter((other) => other !== item);
         sentCallbacks.get(item.clientMessageId)?.(result);
         sentCallbacks.delete(item.clientMessageId);
+        if (result.hints) showHints(item, result.hints);
       } else {
         item.error = describeHeld(result);
       }
