@@ -1,5 +1,7 @@
 // The main conversation: opening a scope, paging its history, rendering the
-// timeline, live messages and thread summaries, and the main composer.
+// timeline, live messages and thread summaries, and the main composer. What
+// reading back needs (paging on scroll, the unread line, long sends) is in
+// history.js.
 
 import { STORAGE_SCOPE, PAGE, state, rememberThread, observe } from "../store.js";
 import { $, show, setText } from "../dom.js";
@@ -17,6 +19,7 @@ import { renderThread } from "./thread.js";
 import { openMembers } from "./members.js";
 import { showPane, focusComposer } from "./layout.js";
 import { rove, keepMessageFocus } from "./keyboard.js";
+import * as history from "./history.js";
 
 // `reveal`: a switch the reader asked for (or the first one) brings the
 // conversation on screen and focus to its composer; a refetch of the open one
@@ -25,8 +28,10 @@ export async function openScope(scopeId, { reveal = scopeId !== state.current } 
   const pane = state.pane;
   state.current = scopeId;
   localStorage.setItem(STORAGE_SCOPE, scopeId);
-  state.view = { scopeId, messages: new Map(), hasMore: false, loading: true, error: "" };
   const scope = state.scopes.get(scopeId);
+  const unreadAfter = history.unreadMarkAtOpen(scope);
+  state.view = { scopeId, messages: new Map(), hasMore: false, loading: true, error: "", unreadAfter };
+  history.wireHistory(loadOlder);
   $("scope-title").textContent = scope ? scopeLabel(scope) : "…";
   $("members-button").disabled = false;
   setComposerEnabled(true);
@@ -50,18 +55,30 @@ export async function loadHistory(scopeId, beforeSeq) {
     const page = await request("history", fields);
     if (state.view !== view) return;
     for (const message of page.messages) view.messages.set(message.seq, message);
-    view.hasMore = page.hasMore;
+    // Seqs start at 1: once it is here there is nothing older to ask for.
+    view.hasMore = page.hasMore && !view.messages.has(1);
     if (beforeSeq === null) observe(scopeId, page.coversThroughSeq);
     view.error = "";
     view.loading = false;
     renderTimeline({ stick: beforeSeq === null, keepOffset: beforeSeq !== null });
+    if (beforeSeq === null && view.unreadAfter !== null) history.revealNewMessagesLine();
+    history.updateJump();
     scheduleMarkRead();
+    // A page that does not fill the screen leaves the top in reach: keep going.
+    history.maybeLoadOlder();
   } catch (err) {
     if (state.view !== view) return;
     view.loading = false;
     view.error = err.code === "disconnected" ? "" : "Could not load history — " + describeError(err);
     renderTimeline({});
   }
+}
+
+export function loadOlder() {
+  const view = state.view;
+  if (!view || view.loading) return;
+  const oldest = Math.min(...view.messages.keys());
+  if (Number.isFinite(oldest)) loadHistory(view.scopeId, oldest);
 }
 
 export function rerender() {
@@ -94,17 +111,20 @@ export function renderTimeline({ stick = false, keepOffset = false } = {}) {
   const restoreFocus = keepEditorFocus();
   list.replaceChildren();
   renderPending();
-  show($("jump-latest"), Boolean(view?.detached));
   if (!view) {
     show($("load-older"), false);
+    show($("jump-latest"), false);
     setText($("timeline-empty"), state.me ? "Pick a conversation on the left to start reading." : "");
     $("timeline-empty").classList.remove("error");
     return;
   }
-  const messages = [...view.messages.values()].sort((a, b) => a.seq - b.seq);
+  const messages = history.wholeSends([...view.messages.values()].sort((a, b) => a.seq - b.seq));
+  const firstUnread = history.firstUnreadSeq(view, messages);
   let previous = null;
   for (const message of messages) {
-    list.append(messageNode(message, { grouped: !startsGroup(message, previous) }));
+    const unread = message.seq === firstUnread;
+    if (unread) list.append(history.newMessagesLine());
+    list.append(messageNode(message, { grouped: !unread && !startsGroup(message, previous) }));
     previous = message;
   }
   show($("load-older"), view.hasMore && !view.loading);
@@ -117,6 +137,7 @@ export function renderTimeline({ stick = false, keepOffset = false } = {}) {
   else if ((stick || atBottom) && !view.detached) box.scrollTop = box.scrollHeight;
   rove(list);
   restoreFocus();
+  history.updateJump();
 }
 
 export function keepEditorFocus() {

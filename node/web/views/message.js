@@ -78,7 +78,8 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
     }
     actions.push(el("button", { type: "button", class: "link", onclick: () => startQuote(message, inThread) }, "Quote"));
     actions.push(el("button", { type: "button", class: "link", onclick: () => openForward(message) }, "Forward"));
-    if (mine && message.messageType === "text" && supports("edit")) {
+    // One row of a long send cannot take the whole text back: no Edit on those.
+    if (mine && message.messageType === "text" && !message.chunkRows && supports("edit")) {
       actions.push(el("button", { type: "button", class: "link", onclick: () => startEdit(key, message) }, "Edit"));
     }
     if ((mine || (state.me && channelOwnerOf(message.scopeId) === state.me.id)) && supports("delete")) {
