@@ -8,6 +8,8 @@ export const STORAGE_SCOPE = "scopenode.scope";
 const STORAGE_THREADS = "scopenode.threads";
 export const STORAGE_OUTBOX = "scopenode.outbox";
 export const PAGE = 50;
+// Reading back asks for more at a time: each page re-renders the whole log.
+export const OLDER_PAGE = 100;
 
 export const state = {
   token: "",
@@ -25,7 +27,7 @@ export const state = {
   scopes: new Map(), // scopeId -> scope summary from `scopes`
   lastSeen: new Map(), // scopeId -> highest seq observed (for hello.resume)
   current: null, // scopeId open in the main view
-  view: null, // {scopeId, messages: Map(seq -> message), hasMore, loading}
+  view: null, // {scopeId, messages: Map(seq -> message), hasMore, olderBefore, loading, unreadAfter}
   readSent: new Map(), // scopeId -> seq last sent with markRead
   panel: null, // {kind: "members"} | {kind: "thread", ...}
   pane: "list", // what a phone shows: "list" | "conversation" | "panel"

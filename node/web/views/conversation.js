@@ -3,7 +3,7 @@
 // reading back needs (paging on scroll, the unread line, long sends) is in
 // history.js.
 
-import { STORAGE_SCOPE, PAGE, state, rememberThread, observe } from "../store.js";
+import { STORAGE_SCOPE, PAGE, OLDER_PAGE, state, rememberThread, observe } from "../store.js";
 import { $, show, setText } from "../dom.js";
 import { describeError, scopeLabel } from "../format.js";
 import { mentionsMe } from "../markdown.js";
@@ -49,14 +49,20 @@ export async function loadHistory(scopeId, beforeSeq) {
   const view = state.view;
   if (!view || view.scopeId !== scopeId) return;
   view.loading = true;
-  const fields = { target: "scope:" + scopeId, limit: PAGE };
+  const fields = { target: "scope:" + scopeId, limit: beforeSeq === null ? PAGE : OLDER_PAGE };
   if (beforeSeq !== null) fields.beforeSeq = beforeSeq;
   try {
     const page = await request("history", fields);
     if (state.view !== view) return;
     for (const message of page.messages) view.messages.set(message.seq, message);
-    // Seqs start at 1: once it is here there is nothing older to ask for.
-    view.hasMore = page.hasMore && !view.messages.has(1);
+    // A page may skip rows the reader cannot see, even all of them: the node
+    // says where to go on. One that does not move on ends the paging rather
+    // than asking the same question forever. Seqs start at 1.
+    const lowest = page.messages.length ? page.messages[0].seq : Infinity;
+    const next = page.continueBeforeSeq ?? Math.min(lowest, view.olderBefore ?? Infinity);
+    const moved = beforeSeq === null || next < beforeSeq;
+    if (Number.isFinite(next)) view.olderBefore = Math.min(next, view.olderBefore ?? Infinity);
+    view.hasMore = page.hasMore && moved && !view.messages.has(1);
     if (beforeSeq === null) observe(scopeId, page.coversThroughSeq);
     view.error = "";
     view.loading = false;
@@ -77,7 +83,7 @@ export async function loadHistory(scopeId, beforeSeq) {
 export function loadOlder() {
   const view = state.view;
   if (!view || view.loading) return;
-  const oldest = Math.min(...view.messages.keys());
+  const oldest = view.olderBefore ?? Math.min(...view.messages.keys());
   if (Number.isFinite(oldest)) loadHistory(view.scopeId, oldest);
 }
 
