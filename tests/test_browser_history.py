@@ -4,8 +4,9 @@ The same harness as tests/test_browser.py, one node and one browser for the
 module. Reaching the top of a long channel loads the page before it, again and
 again until its first message, without moving what the reader was looking at;
 a conversation opened with unread messages shows a "New messages" line before
-the first of them; a send longer than the node's row limit, stored as several
-rows, reads as one message for its author and a reader, live and after reload.
+the first of them (older pages fetched first when it is further back); a send
+longer than the node's row limit, stored as several rows, reads as one message
+for its author and a reader, live and after reload.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 ARCHIVE = 1000
 READ = 20
 UNREAD = 30
+BACKLOG = 80  # more unread than the first page holds
 LONG = "LONGSTART " + "word " * 8000 + "LONGEND"  # about 40,000 characters: three rows
 
 SEQS = "as => as.map(a => Number(a.dataset.seq))"
@@ -95,7 +97,7 @@ def scrolls_to_message_one(page: Page) -> None:
     expect(jump).to_be_hidden()
 
 
-def new_messages_line(page: Page) -> None:
+def new_messages_line(page: Page, last_read: str, first_unread: str) -> None:
     from playwright.sync_api import expect
 
     line = page.get_by_role("log", name="Messages").get_by_role("separator", name="New messages")
@@ -103,8 +105,8 @@ def new_messages_line(page: Page) -> None:
     expect(line).to_be_in_viewport()
     after = line.evaluate("l => l.nextElementSibling.textContent")
     before = line.evaluate("l => l.previousElementSibling.textContent")
-    assert "unread 01" in after, after
-    assert f"read {READ:02d}" in before, before
+    assert first_unread in after, after
+    assert last_read in before, before
 
 
 def one_article(page: Page) -> None:
@@ -133,11 +135,17 @@ async def test_history_scrolls_marks_unread_and_folds_long_sends(
                 for n in range(1, READ + 1):
                     await client.send("#general", f"read {n:02d}")
                 last = (await client.history("#general", limit=1))["messages"][-1]
+                backlog = await client.request("createChannel", slug="backlog", name="Backlog")
+                for n in range(1, READ + 1):
+                    await client.send("#backlog", f"seen before {n:02d}")
             async with node_client(node, bob) as client:
                 await client.request("markRead", scopeId=last["scopeId"], seq=last["seq"])
+                await client.request("join", scopeId=backlog["scopeId"])
             async with node_client(node, ann) as client:
                 for n in range(1, UNREAD + 1):
                     await client.send("#general", f"unread {n:02d}")
+                for n in range(1, BACKLOG + 1):
+                    await client.send("#backlog", f"backlog {n:02d}")
 
             await browser.run(lambda b: unread_then_long(b, node, ann, bob))
             await browser.run(
@@ -151,7 +159,7 @@ def unread_then_long(browser: Browser, node: RunningNode, ann: Person, bob: Pers
 
     bob_context, reader = open_page(browser, node.http, bob.token)
     expect(messages(reader).last).to_contain_text(f"unread {UNREAD:02d}")
-    new_messages_line(reader)
+    new_messages_line(reader, f"read {READ:02d}", "unread 01")
 
     ann_context, author = open_page(browser, node.http, ann.token)
     expect(messages(author).last).to_contain_text(f"unread {UNREAD:02d}")
@@ -163,4 +171,9 @@ def unread_then_long(browser: Browser, node: RunningNode, ann: Person, bob: Pers
         expect(messages(page).last).to_contain_text("LONGEND")
         one_article(page)
     ann_context.close()
+
+    # The first unread is pages back: the line waits until it is loaded.
+    conversation(reader, "#backlog").click()
+    expect(messages(reader).last).to_contain_text(f"backlog {BACKLOG:02d}")
+    new_messages_line(reader, f"seen before {READ:02d}", "backlog 01")
     bob_context.close()

@@ -67,7 +67,15 @@ export async function loadHistory(scopeId, beforeSeq) {
     view.error = "";
     view.loading = false;
     renderTimeline({ stick: beforeSeq === null, keepOffset: beforeSeq !== null });
-    if (beforeSeq === null && view.unreadAfter !== null) history.revealNewMessagesLine();
+    // The first unread may be pages back: fetch until its line can be shown
+    // (within reason), then bring it on screen once.
+    if (view.unreadAfter !== null && !view.unreadShown) {
+      if (history.revealNewMessagesLine()) view.unreadShown = true;
+      else if (view.hasMore && view.messages.size < UNREAD_REACH) {
+        loadOlder();
+        return;
+      }
+    }
     history.updateJump();
     scheduleMarkRead();
     // A page that does not fill the screen leaves the top in reach: keep going.
@@ -79,6 +87,8 @@ export async function loadHistory(scopeId, beforeSeq) {
     renderTimeline({});
   }
 }
+
+const UNREAD_REACH = 500;
 
 export function loadOlder() {
   const view = state.view;

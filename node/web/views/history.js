@@ -48,6 +48,9 @@ export function unreadMarkAtOpen(scope) {
 
 export function firstUnreadSeq(view, shown) {
   if (view.unreadAfter === null || view.unreadAfter === undefined) return null;
+  // Until the read mark itself is loaded, the oldest message shown is not
+  // known to be the first unread one.
+  if (view.hasMore && !(shown[0]?.seq <= view.unreadAfter)) return null;
   const first = shown.find((m) => m.seq > view.unreadAfter && m.author?.memberId !== state.me?.id);
   return first ? first.seq : null;
 }
