@@ -108,14 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     member.add_argument("--display-name", default=None)
     member.add_argument("--owner", default=None)
     member.add_argument("--private", action="store_true")
-    member.add_argument(
-        "--join",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="#SLUG",
-        help="more channels to join besides the workspace's default ones",
-    )
+    _add_join(member, "more channels to join besides the workspace's default ones")
     token = admin_commands.add_parser("issue-token")
     token.add_argument("--member", required=True)
     revoke = admin_commands.add_parser("revoke-token")
@@ -154,14 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     invite.add_argument(
         "--uses", type=_positive_int, default=None, help="how many members it may create"
     )
-    invite.add_argument(
-        "--join",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="#SLUG",
-        help="channels its members join besides the workspace's default ones",
-    )
+    _add_join(invite, "channels its members join besides the workspace's default ones")
     revoke_invite = admin_commands.add_parser("revoke-invite")
     revoke_invite.add_argument("--invite", required=True)
     for sub in (
@@ -309,3 +295,9 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"scopenode: port {args.port} is in use; pass --port", file=sys.stderr)
         return USAGE_ERROR
     return 0
+
+
+def _add_join(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument(
+        "--join", nargs="+", action="extend", default=[], metavar="#SLUG", help=help_text
+    )

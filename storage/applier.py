@@ -50,7 +50,8 @@ REPLAY_AFTER = timedelta(seconds=10)
 _encoder = msgspec.json.Encoder()
 
 
-def _json(value: Any) -> str:
+def json_text(value: Any) -> str:
+    """``value`` as JSON text (the form the statements' JSON parameters take)."""
     return _encoder.encode(value).decode()
 
 

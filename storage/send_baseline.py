@@ -12,18 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
-from storage.applier import REPLAY_AFTER, SEND_TYPES, WAKE_RETRY_AFTER, single_send_statement
+from storage.applier import (
+    REPLAY_AFTER,
+    SEND_TYPES,
+    WAKE_RETRY_AFTER,
+    json_text,
+    single_send_statement,
+)
 from storage.errors import map_errors
 from storage.pg import Prepared, TrioConnection, text_param
-
-_encoder = msgspec.json.Encoder()
-
-
-def _text_json(value: Any) -> str:
-    return _encoder.encode(value).decode()
-
 
 RAW_SEND_BASELINE_SQL = single_send_statement(
     message_id="'msg_' || replace(gen_random_uuid()::text, '-', '')",
@@ -104,8 +101,8 @@ async def baseline_values(conn: TrioConnection) -> dict[str, Any]:
         "digest": None,
         "message_type": "text",
         "content": "x" * 200,
-        "metadata": _text_json({}),
-        "outbox": _text_json(
+        "metadata": json_text({}),
+        "outbox": json_text(
             [
                 {
                     "fanout_type": "realtime",
