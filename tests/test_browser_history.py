@@ -63,9 +63,18 @@ def seqs(page: Page) -> list[int]:
     return shown
 
 
+# One evaluation finds the first message and scrolls to it: a locator's element
+# can be replaced by a re-render (a read mark's answer) between being found and
+# being scrolled, and a detached element scrolls nothing.
+SCROLL_TO_FIRST = """() => {
+  const first = document.querySelector("#messages article");
+  first.scrollIntoView({block: "start"});
+  return Number(first.dataset.seq);
+}"""
+
+
 def scroll_to_top(page: Page) -> int:
-    first = messages(page).first
-    top: int = first.evaluate("a => (a.scrollIntoView({block: 'start'}), Number(a.dataset.seq))")
+    top: int = page.evaluate(SCROLL_TO_FIRST)
     return top
 
 
