@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the parsed ``admin``, ``db`` or ``search`` command; print its result."""
     logs.configure("warning")
     try:
-        result = trio.run(_with_database, args, _handler(args))
+        result = trio.run(execute, args)
     except (CliError, StorageError, SchemaError, psycopg.Error) as exc:
         print(f"scopenode: {_describe(args, exc)}", file=sys.stderr)
         return USAGE_ERROR
@@ -92,10 +92,11 @@ def _describe(args: argparse.Namespace, exc: Exception) -> str:
     return f"the database refused the command ({code})"
 
 
-async def _with_database(args: argparse.Namespace, handler: Handler) -> dict[str, Any]:
+async def execute(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed command's result, in the caller's trio run (errors raised, not printed)."""
     url = args.database_url or database_url_from_env()
     async with open_database(args.data_dir, url) as dsn:
-        return await handler(args, dsn)
+        return await _handler(args)(args, dsn)
 
 
 async def _workspace(conn: TrioConnection, workspace_id: str) -> str:

@@ -212,7 +212,7 @@ async def capture(dsn: str, work: Path) -> None:
 
             await thread.run(shoot)
     finally:
-        await thread.stop()
+        await trio.to_thread.run_sync(thread.close)
 
 
 def main() -> int:

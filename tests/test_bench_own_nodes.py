@@ -84,23 +84,3 @@ def test_search_bench_runs_every_class_and_both_send_phases(tmp_path: Path) -> N
     assert all(c["raw_in_viewer_scopes_p50_ms"] > 0 for c in report["search"].values())
     assert len(report["sends_per_s"]["with_index"]) == search.SEND_ROUNDS
     assert len(report["sends_per_s"]["without_index"]) == search.SEND_ROUNDS
-
-
-@pytest.mark.parametrize("op", ["react", "send", "throughput"])
-def test_compare_measures_both_nodes_in_alternating_blocks(op: str, tmp_path: Path) -> None:
-    """``scopenode bench compare``: two nodes (B with another setting), every
-    block counted on both sides, CPU per op and the per-block ratio reported."""
-    out = tmp_path / "compare.json"
-    argv = ["compare", "--op", op, "--blocks", "2", "--per", "20", "--readers", "2"]
-    argv += ["--duration", "0.5", "--b-env", "SCOPENODE_COMMIT_LANES=1", "--json", str(out)]
-    assert main(argv) == 0
-    report = json.loads(out.read_text())
-    assert report["blocks"] == 2
-    for side in ("a", "b"):
-        assert report[side]["ops"] > 0
-        assert report[side]["node_cpu_ms_per_op"] is not None
-    if op == "throughput":
-        assert report["b_over_a_sends_per_s_median"] > 0
-    else:
-        assert report["a"]["ops"] == report["b"]["ops"] == 40
-        assert report["a"]["p50_ms"] > 0

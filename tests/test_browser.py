@@ -9,13 +9,12 @@ a screen-reader user meets.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
-import json
 import os
 import queue
 import re
 import shutil
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
@@ -107,20 +106,39 @@ class BrowserThread:
         self._jobs.put((fn, future))
         return await trio.to_thread.run_sync(future.result, abandon_on_cancel=True)
 
-    async def stop(self) -> None:
+    def close(self) -> None:
         self._jobs.put(None)
-        await trio.to_thread.run_sync(self._thread.join, 30)
+        self._thread.join(30)
+
+
+_SHARED: list[BrowserThread] = []
+
+
+def _close_contexts(browser: Browser) -> None:
+    for context in browser.contexts:
+        context.close()
+
+
+def _stop_shared() -> None:
+    for thread in _SHARED:
+        thread.close()
 
 
 @asynccontextmanager
 async def browser_thread() -> AsyncIterator[BrowserThread]:
-    thread = BrowserThread()
-    try:
+    """The test process's one browser (launched by its first browser test and
+    stopped at exit: a launch per test was seconds of the suite); every context
+    a test opened is closed when it ends, so no page outlives its test."""
+    if not _SHARED:
+        thread = BrowserThread()
         await thread.start()
-        yield thread
+        _SHARED.append(thread)
+        atexit.register(_stop_shared)
+    try:
+        yield _SHARED[0]
     finally:
         with trio.CancelScope(shield=True):
-            await thread.stop()
+            await _SHARED[0].run(_close_contexts)
 
 
 @dataclass
@@ -131,16 +149,13 @@ class Person:
 
 
 async def admin(node: RunningNode, *args: str) -> dict[str, Any]:
-    """The admin CLI, as an operator runs it next to a live node."""
-    result = await trio.run_process(
-        [sys.executable, "-m", "node", "admin", *args, "--database-url", node.database_url],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr.decode()
-    answer: dict[str, Any] = json.loads(result.stdout)
-    return answer
+    """An admin command next to a live node, parsed as the CLI parses it but run
+    in this process (the CLI's own process is tested in tests/test_cli.py)."""
+    from node.admin_commands import execute
+    from node.cli import build_parser
+
+    parsed = build_parser().parse_args(["admin", *args, "--database-url", node.database_url])
+    return await execute(parsed)
 
 
 async def new_workspace(node: RunningNode, name: str) -> str:
@@ -246,12 +261,16 @@ async def test_two_members_chat_reload_and_survive_a_restart(
                 send(bob_page, "typed while the node was down")
 
             await browser.run(offline)
-            await trio.sleep(5)
+            # Long enough for a failed retry or two, short enough that the
+            # automatic reconnect is seconds away when the node is back.
+            await trio.sleep(1)
 
             async with running_node(database_url, tmp_path, port=port) as node:
 
                 def back(_: Browser) -> None:
-                    for page in (ann_page, bob_page):
+                    # Bob does not wait for his backoff; ann reconnects on her own.
+                    bob_page.get_by_role("button", name="Retry now").click()
+                    for page in (bob_page, ann_page):
                         expect(page.get_by_role("status").first).to_have_text(
                             "Connected", timeout=40_000
                         )

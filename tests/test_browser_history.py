@@ -73,6 +73,12 @@ SCROLL_TO_FIRST = """() => {
 }"""
 
 
+AROUND_LINE = """() => {
+  const line = document.querySelector("#messages .new-line");
+  return [line.previousElementSibling.textContent, line.nextElementSibling.textContent];
+}"""
+
+
 def scroll_to_top(page: Page) -> int:
     top: int = page.evaluate(SCROLL_TO_FIRST)
     return top
@@ -112,8 +118,8 @@ def new_messages_line(page: Page, last_read: str, first_unread: str) -> None:
     line = page.get_by_role("log", name="Messages").get_by_role("separator", name="New messages")
     expect(line).to_have_count(1)
     expect(line).to_be_in_viewport()
-    after = line.evaluate("l => l.nextElementSibling.textContent")
-    before = line.evaluate("l => l.previousElementSibling.textContent")
+    # Read in one evaluation of the live page, as SCROLL_TO_FIRST does.
+    before, after = page.evaluate(AROUND_LINE)
     assert first_unread in after, after
     assert last_read in before, before
 

@@ -233,15 +233,23 @@ async def test_stalled_session_is_closed_with_4429_while_99_others_get_everythin
         readers = [await world.member(f"reader{i}") for i in range(READERS)]
         stalled = await world.member("stalled")
 
-        # Warm-up (actors, caches), then the same load without and with a stalled session.
+        # Warm-up (actors, caches), then the load with a stalled session. The
+        # slow set's run also measures the same load without one, for the ratio
+        # it prints (nothing asserts on rates: the machine may be shared).
         await run_load(node, world, sender, readers, 20, "warmup")
-        baseline = await run_load(node, world, sender, readers, count, "baseline")
+        baseline = (
+            await run_load(node, world, sender, readers, count, "baseline") if count > 500 else None
+        )
         load = await run_load(node, world, sender, readers, count, "load", stalled)
+        without = (
+            f", {baseline.rate:,.0f} without (ratio {load.rate / baseline.rate:.2f})"
+            if baseline
+            else ""
+        )
         print(
             f"\nslow consumer: {READERS} readers x {count} messages of ~{CONTENT_BYTES} B "
             f"(node and clients in one process): {load.rate:,.0f} deliveries/s with one "
-            f"stalled session, {baseline.rate:,.0f} deliveries/s without "
-            f"(ratio {load.rate / baseline.rate:.2f}); stalled session closed 4429 after "
+            f"stalled session{without}; stalled session closed 4429 after "
             f"{load.closed_after:.2f} s"
         )
         assert node.services.metrics.sessions_closed[CloseCode.SLOW_CONSUMER] == 1
