@@ -417,9 +417,10 @@ async def run_curve(
         max_sends=args.max_sends,
         rounds=max(1, args.rounds),
         relay_floor=args.relay_floor is not None,
-        # The relay commits with as many lanes as the node it is compared with
-        # (the node's setting, read from the same environment).
+        # The relay commits with the lanes and gathering of the node it is
+        # compared with (the node's settings, read from the same environment).
         lanes=Settings().commit_lanes,
+        gather_ms=Settings().commit_gather_ms,
     )
     async with open_node(
         args.url,

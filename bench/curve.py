@@ -27,12 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.dbbaseline import DbPlan, checkpoint, measure_db
-from bench.relayfloor import open_send_floor
+from bench.relayfloor import SendFloor, open_send_floor
 from bench.stats import MachineCpu, rotated, spread
 from bench.workloads import throughput
 from bench.workloads.common import Env, WorkloadResult, ratio
 
 SERIES = (1, 2)  # senders per scope
+WARM_UP_S = 1.0  # the relay floor's first statements, not measured
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class CurvePlan:
     # Also run every round through the bare send relay (bench.relayfloor).
     relay_floor: bool = False
     lanes: int = 2
+    gather_ms: float = 1.0
 
 
 def parse_points(text: str) -> tuple[int, ...]:
@@ -67,9 +69,12 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
         for senders in plan.points:
             if per_scope > 1 and senders < per_scope:
                 continue
-            rounds = [
-                await _round(env, dsn, plan, senders, per_scope, r) for r in range(plan.rounds)
-            ]
+            async with AsyncExitStack() as stack:
+                floor = await _open_floor(stack, env, dsn, plan, senders, per_scope)
+                rounds = [
+                    await _round(env, dsn, plan, senders, per_scope, r, floor)
+                    for r in range(plan.rounds)
+                ]
             point = _combine(rounds)
             if per_scope == 1:
                 raw_own[senders] = point["raw_tx_per_s"]
@@ -81,15 +86,21 @@ async def run_curve(env: Env, dsn: str, plan: CurvePlan) -> dict[str, Any]:
 
 
 async def _round(
-    env: Env, dsn: str, plan: CurvePlan, senders: int, per_scope: int, r: int
+    env: Env,
+    dsn: str,
+    plan: CurvePlan,
+    senders: int,
+    per_scope: int,
+    r: int,
+    floor: SendFloor | None,
 ) -> dict[str, Any]:
     """The raw, node and (with ``relay_floor``) floor phases at this point, each
     after a ``CHECKPOINT``, in the order of round ``r`` (rotated each round:
     a drift of the machine's speed within a point favours none of them)."""
     load_before = _load()
-    order = rotated(["raw", "node", "floor"] if plan.relay_floor else ["raw", "node"], r)
+    order = rotated(["raw", "node", "floor"] if floor else ["raw", "node"], r)
     level: dict[str, Any] = {}
-    floor: dict[str, Any] = {}
+    floor_figures: dict[str, Any] = {}
     raw_cpu: dict[str, float] | None = None
     node: WorkloadResult | None = None
     for name in order:
@@ -97,13 +108,13 @@ async def _round(
             level, raw_cpu = await _raw_phase(env, dsn, plan, senders, per_scope)
         elif name == "node":
             node = await _node_phase(env, dsn, plan, senders, per_scope)
-        else:
-            floor = await _floor_phase(env, dsn, plan, senders, per_scope)
+        elif floor is not None:
+            floor_figures = await _floor_phase(env, dsn, plan, senders, floor)
     assert node is not None
     res = node.results
     node_cpu = node.cpu.node_cpu_s
     sends = res["sends"]
-    point = floor | {
+    point = floor_figures | {
         "senders_per_scope": per_scope,
         "senders": senders,
         "scopes": _scopes(senders, per_scope),
@@ -131,9 +142,9 @@ async def _round(
         "at": time.strftime("%H:%M:%S"),
         "order": order,
     }
-    if floor:
-        point["floor_ratio"] = ratio(floor["floor_sends_per_s"], level["tx_per_s"])
-        point["node_over_floor"] = ratio(res["sends_per_s"], floor["floor_sends_per_s"])
+    if floor_figures:
+        point["floor_ratio"] = ratio(floor_figures["floor_sends_per_s"], level["tx_per_s"])
+        point["node_over_floor"] = ratio(res["sends_per_s"], floor_figures["floor_sends_per_s"])
     return point
 
 
@@ -166,17 +177,32 @@ async def _raw_phase(
     return level, cpu
 
 
+async def _open_floor(
+    stack: AsyncExitStack, env: Env, dsn: str, plan: CurvePlan, senders: int, per_scope: int
+) -> SendFloor | None:
+    """The bare send relay for every round of a point, as the node stays up
+    between them: its connections and prepared statements are made once, and a
+    warm-up (not measured) runs its first statements before the first round."""
+    if not plan.relay_floor:
+        return None
+    env.progress.phase(f"relay floor x{senders} warm-up", 1)
+    floor = await open_send_floor(stack, dsn, senders, per_scope, plan.lanes, plan.gather_ms)
+    await floor.run_phase(min(plan.duration_s, WARM_UP_S), plan.max_sends)
+    await floor.settle()
+    env.progress.close()
+    return floor
+
+
 async def _floor_phase(
-    env: Env, dsn: str, plan: CurvePlan, senders: int, per_scope: int
+    env: Env, dsn: str, plan: CurvePlan, senders: int, floor: SendFloor
 ) -> dict[str, Any]:
     """The same load through the bare send relay: the least a Python relay
-    with group commit pays here (bench.relayfloor)."""
+    committing with the node's own committer pays here (bench.relayfloor)."""
     env.progress.phase(f"relay floor x{senders}", 1)
-    async with AsyncExitStack() as stack:
-        floor = await open_send_floor(stack, dsn, senders, per_scope, plan.lanes)
-        await checkpoint(dsn)
-        phase = await floor.run_phase(plan.duration_s, plan.max_sends)
-        statements = await floor.close()
+    await checkpoint(dsn)
+    statements_before, _ = await floor.settle()
+    phase = await floor.run_phase(plan.duration_s, plan.max_sends)
+    statements = (await floor.settle())[0] - statements_before
     env.progress.close()
     return {
         "floor_sends_per_s": phase["sends_per_s"],

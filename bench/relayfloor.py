@@ -16,25 +16,25 @@ reply; the node's distance to it is an estimate of what the node itself adds
 so the next request can be read and run while the events go out (the write
 system calls release the interpreter's lock).
 
-``serve-sends`` is the same floor for sends: a request is a bare frame, and
-the relay commits what is queued as the node's committer does — up to
-``--lanes`` statements in flight, each taking every queued request whose
-scope has none in flight, a lone request as the raw send statement itself
-(``storage.send_baseline.run_baseline``), several as the node's group statement
-(``storage.applier.run_group_rows``), both through the prepared-statement
-call the node's sends take — and replies after commit. It does not wait to
-gather a lane's share as the node's committer may (``gather``), and it opens
-its connections for each phase.
-No actor, policy, plan, event or outbox delivery. Each scope is a baseline
-scope of its own (``storage.send_baseline.baseline_values``); the outbox rows it
-leaves are settled when it stops, as the raw phase's are.
+``serve-sends`` is the same floor for sends: a request is a bare frame; per
+scope, the requests queued while the scope's last chain commits go as the next
+chain, as a scope actor hands them over, to the node's own committer
+(``storage.group_commit.GroupCommitter`` with the node's lanes and gathering:
+a lone chain as the single-send statement, chains of several scopes as one
+group statement, both through the prepared-statement call the node's sends
+take); the reply goes out after commit. No actor state, policy, plan beyond
+the row itself, event or outbox delivery. Each scope is a baseline scope of its
+own (``storage.send_baseline.baseline_values``). It stays up across a bench's
+rounds, as a node does; a ``SETTLE`` line on its standard input settles the
+outbox rows it left (as the raw phase's are) and answers ``SETTLED
+<statements> <sends>``.
 
 Run by ``scopenode bench reactions --relay-floor`` (``bench.workloads.reactions``)
 and ``scopenode bench throughput --curve … --relay-floor`` (``bench.curve``)::
 
     python -m bench.relayfloor serve --dsn DSN --scope S --members M1,M2 [--events thread]
     python -m bench.relayfloor readers --url ws://127.0.0.1:PORT/reader --count N
-    python -m bench.relayfloor serve-sends --dsn DSN --scopes R --lanes 2
+    python -m bench.relayfloor serve-sends --dsn DSN --scopes R --lanes 2 --gather-ms 1
 
 ``serve`` and ``serve-sends`` print ``PORT <n>`` once listening and serve
 until their standard input closes (``serve-sends`` then prints ``STATEMENTS
@@ -63,14 +63,20 @@ from typing import Any
 import msgspec
 import trio
 
+from actors.model import DeliveryPolicy
+from actors.planner import Explain, MessageIntent, MessagePlan, OutboxEvent
 from actors.ports import ReactionOutcome
+from actors.scope_state import SendCommand, payload_digest
 from bench import leanws
 from bench.rawfanout import accept_upgrade
 from bench.stats import Latency
+from node.database import autocommit
 from protocol.wsframes import TEXT, InboundFrames, frame
-from storage import applier, directory, pg, send_baseline
+from storage import directory, pg, send_baseline
 from storage import reactions as stored_reactions
 from storage import scopes as stored_scopes
+from storage.group_commit import GroupCommitter
+from storage.pool import open_pool
 from storage.visibility import Viewer
 
 EMOJI = "👍"
@@ -136,10 +142,13 @@ Route = Callable[[trio.SocketStream, str], Awaitable[None]]
 
 
 async def _serve_until_stdin_closes(
-    route: Route, *background: Callable[[], Awaitable[None]]
+    route: Route,
+    *background: Callable[[], Awaitable[None]],
+    on_line: Callable[[str], Awaitable[None]] | None = None,
 ) -> None:
     """Serve upgraded connections by path (and run ``background``) until the
-    bench closes this process's standard input."""
+    bench closes this process's standard input; each line read from it before
+    then goes to ``on_line``."""
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
 
     async def connection(stream: trio.SocketStream) -> None:
@@ -153,7 +162,9 @@ async def _serve_until_stdin_closes(
         nursery.start_soon(trio.serve_listeners, connection, listeners)
         for task in background:
             nursery.start_soon(task)
-        await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
+        while line := await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True):
+            if on_line is not None:
+                await on_line(line.strip())
         nursery.cancel_scope.cancel()
 
 
@@ -272,102 +283,89 @@ async def readers(url: str, count: int) -> None:
     print(f"EVENTS {events}", flush=True)
 
 
-class SendRelay:
-    """Sends committed as the node's committer commits them, and nothing else."""
+def _no_reply(_result: object) -> None:
+    """The relay answers on the socket; a command's own reply is never called."""
 
-    def __init__(self, conns: list[pg.TrioConnection], scopes: list[dict[str, Any]]) -> None:
-        self.conns = conns
+
+class SendRelay:
+    """Sends committed as the node commits them, and nothing else: per scope one
+    loop hands every request queued behind the scope's running commit to the
+    node's own committer as one chain (as a scope actor does), and the
+    committer (:class:`storage.group_commit.GroupCommitter`, with the node's
+    lanes and gathering) groups the chains of all scopes into its statements."""
+
+    def __init__(self, committer: GroupCommitter, scopes: list[dict[str, Any]]) -> None:
+        self.committer = committer
         self.scopes = scopes
-        self.queue: list[tuple[int, int]] = []  # (scope index, reply fd)
+        self.waiting: list[list[int]] = [[] for _ in scopes]  # reply fds per scope
+        self.lots = [trio.lowlevel.ParkingLot() for _ in scopes]
         self.latest = [int(sc["latest_seq"]) for sc in scopes]
-        self.busy: set[int] = set()
-        self.lot = trio.lowlevel.ParkingLot()
-        self.statements = 0
+        self.sent = 0
 
     async def sender(self, stream: trio.SocketStream, scope: int) -> None:
         fd = stream.socket.fileno()
         async for _payload in _texts(stream):
-            self.queue.append((scope, fd))
-            self.lot.unpark()
+            self.waiting[scope].append(fd)
+            self.lots[scope].unpark()
 
-    def _take(self) -> list[tuple[int, int]]:
-        """Every queued request whose scope has no statement in flight."""
-        taken: list[tuple[int, int]] = []
-        kept: list[tuple[int, int]] = []
-        for item in self.queue:
-            (kept if item[0] in self.busy else taken).append(item)
-        self.queue = kept
-        self.busy.update(scope for scope, _fd in taken)
-        return taken
-
-    async def lane(self, conn: pg.TrioConnection) -> None:
+    async def scope_loop(self, scope: int) -> None:
         while True:
-            batch = self._take()
-            if not batch:
-                await self.lot.park()
+            if not self.waiting[scope]:
+                await self.lots[scope].park()
                 continue
-            seqs = await (
-                self.commit_lone(conn, *batch[0])
-                if len(batch) == 1
-                else self.commit_group(conn, batch)
-            )
-            self.statements += 1
-            for (scope, fd), seq in zip(batch, seqs, strict=True):
-                self.latest[scope] = max(self.latest[scope], seq)
+            fds, self.waiting[scope] = self.waiting[scope], []
+            seqs = await self.commit(scope, len(fds))
+            for fd, seq in zip(fds, seqs, strict=True):
                 _write_all(fd, frame(b'{"type":"reply","seq":%d}' % seq))
-            self.busy.difference_update(scope for scope, _fd in batch)
-            if self.queue:
-                self.lot.unpark()
 
-    async def commit_lone(self, conn: pg.TrioConnection, scope: int, _fd: int) -> list[int]:
-        rows = await send_baseline.run_baseline(conn, self.scopes[scope]["statement_values"])
-        row = rows[0] if rows else None
-        if row is None or row[0] != "sent":
-            raise RuntimeError(f"the raw send statement wrote nothing: {row}")
-        return [int(row[2])]
+    async def commit(self, scope: int, count: int) -> list[int]:
+        """Commit ``count`` sends to ``scope`` as one chain; their seqs."""
+        plans = [self._plan(scope, k) for k in range(count)]
+        done = await self.committer.apply(plans)
+        self.latest[scope] += count
+        self.sent += count
+        return [sent.seq for sent in done]
 
-    async def commit_group(
-        self, conn: pg.TrioConnection, batch: list[tuple[int, int]]
-    ) -> list[int]:
-        rows: list[dict[str, object]] = []
-        k_of: dict[int, int] = {}
-        now = datetime.now(UTC).isoformat()
-        for scope, _fd in batch:
-            k = k_of[scope] = k_of.get(scope, -1) + 1
-            rows.append(self._row(len(rows), k, scope, now))
-        found = {r[1]: r for r in await applier.run_group_rows(conn, rows)}
-        if any(found.get(i, ("",))[0] != "sent" for i in range(len(rows))):
-            raise RuntimeError(f"the group statement missed a fence: {found}")
-        return [int(found[i][3]) for i in range(len(rows))]
-
-    def _row(self, ord_: int, k: int, scope: int, now: str) -> dict[str, object]:
+    def _plan(self, scope: int, k: int) -> MessagePlan:
         sc = self.scopes[scope]
-        message_id = f"msg_{uuid.uuid4().hex}"
-        # The raw statement's one realtime row, keyed as it keys it.
-        outbox = [{**sc["outbox"][0], "dedupe_key": f"rt:{message_id}"}]
-        return {
-            "ord": ord_,
-            "k": k,
-            "scope_id": sc["scope_id"],
-            "workspace_id": sc["workspace_id"],
-            "message_id": message_id,
-            "author_id": sc["author_id"],
-            "author_type": sc["author_type"],
-            "client_message_id": None,
-            "digest": None,
-            "message_type": sc["message_type"],
-            "content": sc["content"],
-            "metadata": {},
-            "created_at": now,
-            "expected_seq": self.latest[scope] + k,
-            "expected_generation": sc["generation"],
-            "roster_bump": 0,
-            "parent_id": None,
-            "parent_generation": None,
-            "joins": [],
-            "outbox": outbox,
-            "sources": [],
-        }
+        content = sc["content"]
+        client_message_id = f"floor-{uuid.uuid4().hex}"
+        expected = self.latest[scope] + k
+        intent = MessageIntent(
+            scope_id=sc["scope_id"],
+            workspace_id=sc["workspace_id"],
+            message_id=f"msg_{uuid.uuid4().hex}",
+            content=content,
+            message_type=sc["message_type"],
+            client_message_id=client_message_id,
+            # What the node keeps for idempotency, computed as it computes it.
+            digest=payload_digest(
+                sc["scope_id"], SendCommand(sc["author"], content, client_message_id, _no_reply)
+            ),
+            created_at=datetime.now(UTC),
+        )
+        return MessagePlan(
+            intent=intent,
+            author=sc["author"],
+            seq=expected + 1,
+            expected_seq=expected,
+            mentions=(),
+            readers=frozenset(),
+            wakes=(),
+            # The realtime row every send leaves, keyed as the planner keys it.
+            outbox=(
+                OutboxEvent("realtime", f"rt:{intent.message_id}", DeliveryPolicy.INLINE_ORDINARY),
+            ),
+            explain=Explain(recipients=()),
+            expected_generation=sc["generation"],
+        )
+
+    async def settle(self, conn: pg.TrioConnection) -> None:
+        """Mark the outbox rows left so far delivered: no node delivers them, and
+        a node sharing the database would otherwise replay them later, inside
+        another phase."""
+        for sc in self.scopes:
+            await conn.execute(send_baseline.BASELINE_SETTLE_SQL, (sc["workspace_id"],))
 
 
 async def send_scopes(conn: pg.TrioConnection, count: int) -> list[dict[str, Any]]:
@@ -375,39 +373,40 @@ async def send_scopes(conn: pg.TrioConnection, count: int) -> list[dict[str, Any
     for _ in range(count):
         values = await send_baseline.baseline_values(conn)
         info = await stored_scopes.get_scope(conn, values["scope_id"])
+        author = await directory.get_member(conn, values["author_id"])
         assert info is not None
-        params = send_baseline.prepare_baseline_params(values)
+        assert author is not None
         scopes.append(
             {
                 **values,
-                "params": params,
-                "statement_values": send_baseline.baseline_statement_values(params),
+                "author": author,
                 "latest_seq": info.latest_seq,
                 "generation": info.roster_generation,
-                "outbox": msgspec.json.decode(values["outbox"]),
             }
         )
     return scopes
 
 
-async def serve_sends(dsn: str, scopes: int, lanes: int) -> None:
+async def serve_sends(dsn: str, scopes: int, lanes: int, gather_s: float) -> None:
     setup = await pg.connect(dsn, autocommit=True)
-    relay = SendRelay(
-        [await pg.connect(dsn, autocommit=True) for _ in range(lanes)],
-        await send_scopes(setup, scopes),
-    )
+    async with open_pool(dsn, size=lanes, configure=autocommit) as pool:
+        committer = GroupCommitter(pool, lanes=lanes, gather=gather_s)
+        relay = SendRelay(committer, await send_scopes(setup, scopes))
 
-    async def route(stream: trio.SocketStream, target: str) -> None:
-        if target.startswith("/sender/"):
-            await relay.sender(stream, int(target.rsplit("/", 1)[1]))
+        async def route(stream: trio.SocketStream, target: str) -> None:
+            if target.startswith("/sender/"):
+                await relay.sender(stream, int(target.rsplit("/", 1)[1]))
 
-    committers = [functools.partial(relay.lane, conn) for conn in relay.conns]
-    await _serve_until_stdin_closes(route, *committers)
-    for sc in relay.scopes:
-        await setup.execute(send_baseline.BASELINE_SETTLE_SQL, (sc["workspace_id"],))
-    print(f"STATEMENTS {relay.statements}", flush=True)
-    for conn in [setup, *relay.conns]:
-        await conn.close()
+        async def command(line: str) -> None:
+            if line == "SETTLE":
+                await relay.settle(setup)
+                print(f"SETTLED {committer.transactions} {relay.sent}", flush=True)
+
+        loops = [functools.partial(relay.scope_loop, i) for i in range(scopes)]
+        await _serve_until_stdin_closes(route, committer.run, *loops, on_line=command)
+        await relay.settle(setup)
+    print(f"STATEMENTS {committer.transactions}", flush=True)
+    await setup.close()
 
 
 # ------------------------------------------------------------------ the bench's side
@@ -594,6 +593,14 @@ class SendFloor:
             **latency.summary(),
         }
 
+    async def settle(self, timeout_s: float = 60.0) -> tuple[int, int]:
+        """Have the relay settle its outbox rows (between phases, while it stays
+        up); its statements and sends so far."""
+        assert self.relay.stdin is not None
+        await self.relay.stdin.send_all(b"SETTLE\n")
+        statements, sends = (await _line(self.relay, "SETTLED ", timeout_s)).split()
+        return int(statements), int(sends)
+
     async def close(self, timeout_s: float = 60.0) -> int:
         """Stop the relay (it settles its outbox rows); its statement count."""
         for ws in self.senders:
@@ -607,11 +614,14 @@ async def open_send_floor(
     senders: int,
     per_scope: int,
     lanes: int,
+    gather_ms: float,
     timeout_s: float = 60.0,
 ) -> SendFloor:
-    """The send relay on ``dsn`` with ``senders`` sessions, ``per_scope`` to a scope."""
+    """The send relay on ``dsn`` with ``senders`` sessions, ``per_scope`` to a scope,
+    committing with ``lanes`` and ``gather_ms`` as a node with those settings."""
     scopes = max(1, senders // per_scope)
     args = ["serve-sends", "--dsn", dsn, "--scopes", str(scopes), "--lanes", str(lanes)]
+    args += ["--gather-ms", str(gather_ms)]
     relay = await _start(stack, *args)
     port = int(await _line(relay, "PORT ", timeout_s))
     sessions = []
@@ -633,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     ss.add_argument("--dsn", required=True)
     ss.add_argument("--scopes", type=int, required=True)
     ss.add_argument("--lanes", type=int, default=2)
+    ss.add_argument("--gather-ms", type=float, default=1.0)
     r = sub.add_parser("readers")
     r.add_argument("--url", required=True)
     r.add_argument("--count", type=int, required=True)
@@ -641,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         members = args.members.split(",")
         trio.run(serve, args.dsn, args.scope, members, args.events == "thread")
     elif args.command == "serve-sends":
-        trio.run(serve_sends, args.dsn, args.scopes, args.lanes)
+        trio.run(serve_sends, args.dsn, args.scopes, args.lanes, args.gather_ms / 1000)
     else:
         trio.run(readers, args.url, args.count)
     return 0

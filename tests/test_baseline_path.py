@@ -3,7 +3,7 @@
 A baseline timed through a slower driver path than the node's would flatter
 the node. Every statement here is recorded at ``TrioConnection`` (the
 connection type the node uses): the node's send, the raw send phase, the bare
-relay's lone and group commits, and the raw search all go through
+relay's commits (through the node's own group committer) and the raw search all go through
 ``run_prepared``, and none of them through psycopg's generic ``execute``.
 """
 
@@ -14,13 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from actors.search_query import parse
 from bench import relayfloor
 from bench.dbbaseline import DbPlan, measure_db
+from node.database import autocommit
 from storage import applier, search_sql, send_baseline
 from storage import search as stored_search
+from storage.group_commit import GroupCommitter
 from storage.pg import Prepared, TrioConnection, connect
+from storage.pool import open_pool
 from tests.nodes import make_channel, running_world
 
 SEND = b"scopenode_send_v2"
@@ -83,22 +87,36 @@ async def test_the_raw_send_phase_takes_the_same_call(database_url: str, calls: 
     assert not calls.executed_any(send_baseline.RAW_SEND_BASELINE_SQL)
 
 
-async def test_the_bare_relay_commits_lone_and_group_sends_through_the_same_call(
+async def test_the_bare_relay_commits_through_the_nodes_committer(
     database_url: str, calls: Calls
 ) -> None:
     conn = await connect(database_url, autocommit=True)
     try:
-        scopes = await relayfloor.send_scopes(conn, 2)
-        relay = relayfloor.SendRelay([conn], scopes)
-        (lone,) = await relay.commit_lone(conn, 0, -1)
-        relay.latest[0] = lone
-        group = await relay.commit_group(conn, [(0, -1), (1, -1), (0, -1)])
+        scopes = await relayfloor.send_scopes(conn, 3)
     finally:
         await conn.close()
-    assert group == [lone + 1, 1, lone + 2]
-    assert calls.count(BASELINE) == 1
+    seqs: dict[int, list[int]] = {}
+    async with open_pool(database_url, size=1, configure=autocommit) as pool:
+        # One lane: the first chain runs alone at once, the two that arrive
+        # while it runs go next as one group statement.
+        committer = GroupCommitter(pool, lanes=1, gather=0.001)
+        relay = relayfloor.SendRelay(committer, scopes)
+
+        async def commit(scope: int, count: int) -> None:
+            seqs[scope] = await relay.commit(scope, count)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(committer.run)
+            async with trio.open_nursery() as sends:
+                sends.start_soon(commit, 0, 1)
+                sends.start_soon(commit, 1, 2)
+                sends.start_soon(commit, 2, 1)
+            nursery.cancel_scope.cancel()
+    assert seqs == {0: [1], 1: [1, 2], 2: [1]}
+    assert calls.count(SEND) == 1
     assert calls.count(GROUP) == 1
-    assert not calls.executed_any(send_baseline.RAW_SEND_BASELINE_SQL, applier.SEND_GROUP)
+    assert committer.transactions == 2
+    assert not calls.executed_any(applier.SEND_MESSAGE, applier.SEND_GROUP)
 
 
 async def test_the_raw_search_takes_the_nodes_call(database_url: str, calls: Calls) -> None:
