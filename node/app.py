@@ -15,7 +15,7 @@ import trio
 
 from actors.model import MemberType
 from node.attachments import sweep_forever as sweep_attachments
-from node.config import Settings, load_moderation
+from node.config import Settings, load_moderation, web_origin
 from node.database import autocommit, open_database
 from node.hub import Hub
 from node.memory import CollectorWatch, MemoryGovernor
@@ -314,18 +314,6 @@ def _announce(services: Services, workspace_id: str, token: str) -> None:
         f"demo token: {token}",
         flush=True,
     )
-
-
-def web_origin(host: str, port: int, public_url: str | None = None) -> str:
-    """Where people open the web client: ``--public-url`` when given, else the
-    address the node listens on."""
-    if public_url:
-        return public_url.rstrip("/")
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"  # a wildcard address is not something to click
-    elif ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
 
 
 def login_link(host: str, port: int, token: str, public_url: str | None = None) -> str:

@@ -221,3 +221,15 @@ def load_moderation(settings: Settings) -> KeywordList:
     if settings.moderation_file is not None:
         keywords += parse_keyword_file(settings.moderation_file.read_text(encoding="utf-8"))
     return KeywordList.of(keywords)
+
+
+def web_origin(host: str, port: int, public_url: str | None = None) -> str:
+    """Where people open the web client: ``--public-url`` when given, else the
+    address the node listens on."""
+    if public_url:
+        return public_url.rstrip("/")
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"  # a wildcard address is not something to click
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"

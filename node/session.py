@@ -363,7 +363,7 @@ class Session:
         if found is None:
             self.close(CloseCode.UNAUTHENTICATED, "bad token")
             return
-        member, credential_id = found
+        member, credential_id, admin = found
         if self.workspace_param and self.workspace_param != member.workspace_id:
             self.close(CloseCode.FORBIDDEN_WORKSPACE, "token not valid for this workspace")
             return
@@ -405,6 +405,7 @@ class Session:
                     member=member_view(member),
                     heartbeat_ms=self.settings.heartbeat_ms,
                     capabilities=sorted(self.capabilities),
+                    admin=admin,
                 )
             )
         )

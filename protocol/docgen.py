@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from msgspec import inspect
 
-from protocol import frames
+from protocol import admin, frames
 from protocol.errors import CloseCode, ErrorCode
 
 INTRO = """\
@@ -231,6 +231,9 @@ RESULTS: dict[str, str] = {
         " themselves), with `ownerMemberId`."
     ),
 }
+
+# The admin ops' results live beside their frames.
+RESULTS |= admin.results()
 
 # Per server frame: when it is sent.
 EVENTS: dict[str, str] = {
@@ -484,6 +487,8 @@ def render() -> str:
         frames.SendHint,
         frames.ChannelEntry,
         frames.PersonEntry,
+        admin.AdminMemberEntry,
+        admin.AdminInviteEntry,
     ]
     for cls in shared:
         out += [f"### `{cls.__name__}`", ""]

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from protocol.admin import AdminRequest
+
 RequestId = int | str
 # A bigint column holds every seq and count: a larger one is refused at the door.
 NonNegative = Annotated[int, Meta(ge=0, le=2**63 - 1)]
@@ -258,6 +260,7 @@ ClientFrame = (
     | RevokeGrant
     | Channels
     | People
+    | AdminRequest
 )
 Request = (
     Send
@@ -280,6 +283,7 @@ Request = (
     | RevokeGrant
     | Channels
     | People
+    | AdminRequest
 )
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__
@@ -378,6 +382,8 @@ class Welcome(_Frame, tag="welcome"):
     member: MemberView
     heartbeat_ms: int
     capabilities: list[str]
+    # Whether the member is a workspace admin when it said hello (additive).
+    admin: bool = False
 
 
 class Reply(_Frame, tag="reply"):

@@ -58,6 +58,8 @@ SELECT {MEMBER_COLUMNS} FROM members
 WHERE workspace_id = %s AND type = 'human' AND status = 'active'
 ORDER BY is_admin DESC, created_at, id LIMIT 1
 """
+SELECT_ADMIN = "SELECT is_admin FROM members WHERE id = %s AND status = 'active'"
+SELECT_ACTIVE = "SELECT 1 FROM members WHERE id = %s AND status = 'active'"
 DEACTIVATE_MEMBER = "UPDATE members SET status = 'deactivated' WHERE id = %s RETURNING id"
 INSERT_TOKEN = "INSERT INTO credentials (member_id, token_hash) VALUES (%s, %s)"
 # Every node LISTENs here; the notification is delivered at commit, so a node
@@ -82,7 +84,7 @@ REVOKED_AMONG = """
 SELECT id FROM credentials WHERE id = ANY(%s::bigint[]) AND revoked_at IS NOT NULL
 """
 AUTHENTICATE = f"""
-SELECT {", ".join("m." + c.strip() for c in MEMBER_COLUMNS.split(","))}, c.id
+SELECT {", ".join("m." + c.strip() for c in MEMBER_COLUMNS.split(","))}, c.id, m.is_admin
 FROM credentials c JOIN members m ON m.id = c.member_id
 WHERE c.token_hash = %s AND c.revoked_at IS NULL AND m.status = 'active'
 """
@@ -188,6 +190,27 @@ async def set_admin(conn: TrioConnection, member_id: str, admin: bool) -> bool:
         return await cur.fetchone() is not None
 
 
+async def is_admin(conn: TrioConnection, member_id: str) -> bool:
+    """Whether the member is an active admin now (a demotion counts at once)."""
+    with map_errors():
+        cur = await conn.execute(SELECT_ADMIN, (member_id,))
+        row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def is_active(conn: TrioConnection, member_id: str) -> bool:
+    with map_errors():
+        cur = await conn.execute(SELECT_ACTIVE, (member_id,))
+        return await cur.fetchone() is not None
+
+
+async def revoke_member_tokens(conn: TrioConnection, member_id: str) -> int:
+    """Revoke every live token of a member; how many there were."""
+    with map_errors():
+        cur = await conn.execute(REVOKE_MEMBER_TOKENS, (member_id,))
+        return len(await cur.fetchall())
+
+
 async def deactivate_member(conn: TrioConnection, member_id: str) -> int | None:
     """Deactivate a member and revoke every token it holds, in one transaction;
     the number of tokens revoked, or None when there is no such member.
@@ -217,12 +240,15 @@ async def authenticate(conn: TrioConnection, token: str) -> Member | None:
     return found[0] if found else None
 
 
-async def authenticate_credential(conn: TrioConnection, token: str) -> tuple[Member, int] | None:
-    """The token's member and credential id (what a session is revoked by)."""
+async def authenticate_credential(
+    conn: TrioConnection, token: str
+) -> tuple[Member, int, bool] | None:
+    """The token's member, credential id (what a session is revoked by) and
+    whether the member is an admin."""
     with map_errors():
         cur = await conn.execute(AUTHENTICATE, (token_hash(token),))
         row = await cur.fetchone()
-    return (member_from_row(row), int(row[7])) if row else None
+    return (member_from_row(row), int(row[7]), bool(row[8])) if row else None
 
 
 async def listen_for_revocations(conn: TrioConnection) -> None:

@@ -37,14 +37,27 @@ RETURNING id
 """
 # Why an invite can or cannot be used, decided on the database's clock (the
 # one every expiry in the schema is compared with).
-SELECT_INVITE = """
-SELECT i.id, i.workspace_id, w.name, i.expires_at,
-       CASE WHEN i.revoked_at IS NOT NULL THEN 'revoked'
-            WHEN i.expires_at <= now() THEN 'expired'
-            WHEN i.max_uses IS NOT NULL AND i.uses >= i.max_uses THEN 'used_up'
-            ELSE 'usable' END
+INVITE_STATUS = """
+CASE WHEN i.revoked_at IS NOT NULL THEN 'revoked'
+     WHEN i.expires_at <= now() THEN 'expired'
+     WHEN i.max_uses IS NOT NULL AND i.uses >= i.max_uses THEN 'used_up'
+     ELSE 'usable' END
+"""
+SELECT_INVITE = f"""
+SELECT i.id, i.workspace_id, w.name, i.expires_at, {INVITE_STATUS}
 FROM workspace_invites i JOIN workspaces w ON w.id = i.workspace_id
 WHERE i.code_hash = %s
+"""
+# Never the code: only its hash is stored.
+SELECT_WORKSPACE_INVITES = f"""
+SELECT i.id, {INVITE_STATUS}, i.expires_at, i.max_uses, i.uses, i.join_scope_ids, i.created_at
+FROM workspace_invites i WHERE i.workspace_id = %s
+ORDER BY i.created_at DESC, i.id DESC LIMIT %s
+"""
+REVOKE_WORKSPACE_INVITE = """
+UPDATE workspace_invites SET revoked_at = coalesce(revoked_at, now())
+WHERE id = %s AND workspace_id = %s
+RETURNING id
 """
 # The row lock it takes makes concurrent redemptions of one code queue up, so
 # the last use is claimed once.
@@ -83,6 +96,17 @@ class InviteState:
     workspace_name: str
     expires_at: datetime
     status: InviteStatus
+
+
+@dataclass(frozen=True, slots=True)
+class InviteListing:
+    id: str
+    status: InviteStatus
+    expires_at: datetime
+    max_uses: int | None
+    uses: int
+    join_scope_ids: list[str]
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,11 +157,38 @@ async def create_invite(
     return CreatedInvite(invite_id, code, row[0])
 
 
-async def revoke_invite(conn: TrioConnection, invite_id: str) -> bool:
-    """Revoke an invite (again: no change); False when there is no such invite."""
+async def revoke_invite(
+    conn: TrioConnection, invite_id: str, workspace_id: str | None = None
+) -> bool:
+    """Revoke an invite (again: no change); False when there is no such invite
+    (in ``workspace_id``, when given)."""
     with map_errors():
-        cur = await conn.execute(REVOKE_INVITE, (invite_id,))
+        if workspace_id is None:
+            cur = await conn.execute(REVOKE_INVITE, (invite_id,))
+        else:
+            cur = await conn.execute(REVOKE_WORKSPACE_INVITE, (invite_id, workspace_id))
         return await cur.fetchone() is not None
+
+
+async def list_invites(
+    conn: TrioConnection, workspace_id: str, limit: int = 200
+) -> list[InviteListing]:
+    """The workspace's invites, newest first."""
+    with map_errors():
+        cur = await conn.execute(SELECT_WORKSPACE_INVITES, (workspace_id, limit))
+        rows = await cur.fetchall()
+    return [
+        InviteListing(
+            id=row[0],
+            status=InviteStatus(row[1]),
+            expires_at=row[2],
+            max_uses=row[3],
+            uses=int(row[4]),
+            join_scope_ids=list(row[5]),
+            created_at=row[6],
+        )
+        for row in rows
+    ]
 
 
 async def lookup(conn: TrioConnection, code: str) -> InviteState | None:

@@ -3,7 +3,8 @@
 ``membership`` (channels and the channel browser, join/leave/invite/remove, members,
 people, notification settings),
 ``reading`` (history, resume, scopes, read state), ``grants``, ``delivery``
-(acks and redelivery), ``messages`` (the send path), ``reactions``, ``search``. Handlers
+(acks and redelivery), ``messages`` (the send path), ``reactions``, ``search``,
+``admin`` (the workspace admin ops). Handlers
 see the session
 only through :class:`node.ops.context.Context`.
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.ops import delivery, grants, membership, messages, reactions, reading, search
+from node.ops import admin, delivery, grants, membership, messages, reactions, reading, search
 from node.ops.context import Context
 from node.ops.delivery import redeliver
 from node.ops.reading import resume
+from protocol.admin import ADMIN_OPS
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import (
     Ack,
@@ -80,4 +82,6 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await messages.delete(ctx, request)
         case React():
             return await reactions.react(ctx, request)
+    if request.__struct_config__.tag in ADMIN_OPS:
+        return await admin.handle(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")
