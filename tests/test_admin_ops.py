@@ -62,7 +62,8 @@ async def _members_and_tokens(node: Any, a: Client, ann: str, bob: str) -> None:
         "adminCreateMember", handle="helper", kind="agent", private=True, ownerMemberId=ann
     )
     listed = {m["handle"]: m for m in (await a.request("adminMembers"))["members"]}
-    assert listed["ann"]["admin"] and not listed["bob"]["admin"]
+    assert listed["ann"]["admin"]
+    assert not listed["bob"]["admin"]
     assert listed["cara"] == {
         "id": made["memberId"],
         "handle": "cara",
@@ -73,12 +74,14 @@ async def _members_and_tokens(node: Any, a: Client, ann: str, bob: str) -> None:
         "active": True,
         "admin": False,
     }
-    assert listed["helper"]["private"] and listed["helper"]["ownerMemberId"] == ann
+    assert listed["helper"]["private"]
+    assert listed["helper"]["ownerMemberId"] == ann
     assert listed["helper"]["id"] == agent["memberId"]
 
     issued = await a.request("adminIssueToken", memberId=made["memberId"])
     status, _, who = await _whoami(node, issued["token"])
-    assert status == 200 and who["handle"] == "cara"
+    assert status == 200
+    assert who["handle"] == "cara"
     revoked = await a.request("adminRevokeTokens", memberId=made["memberId"])
     assert revoked["tokensRevoked"] == 1
     assert (await _whoami(node, issued["token"]))[0] == 401
@@ -111,30 +114,35 @@ async def _whoami(node: Any, token: str) -> tuple[int, dict[str, str], dict[str,
 
 async def _invites_and_channels(node: Any, a: Client) -> None:
     made = await a.request("adminCreateChannel", slug="lobby", name="Lobby", default=True)
-    assert made["default"] and made["slug"] == "#lobby"
+    assert made["default"]
+    assert made["slug"] == "#lobby"
     await a.request("adminCreateChannel", slug="ops", name="Ops", visibility="private")
     channels = {c["slug"]: c for c in (await a.request("adminChannels"))["channels"]}
-    assert channels["lobby"]["default"] and channels["ops"]["visibility"] == "private"
+    assert channels["lobby"]["default"]
+    assert channels["ops"]["visibility"] == "private"
 
     invite = await a.request("adminCreateInvite", expiresInS=3600, maxUses=2, join=["ops"])
     assert invite["inviteUrl"].startswith(node.http + "/#invite=sni_")
     code = invite["inviteUrl"].split("=", 1)[1]
     listed = (await a.request("adminInvites"))["invites"]
     assert [i["id"] for i in listed] == [invite["inviteId"]]
-    assert listed[0]["status"] == "usable" and listed[0]["channels"] == ["#ops"]
+    assert listed[0]["status"] == "usable"
+    assert listed[0]["channels"] == ["#ops"]
     assert code not in repr(listed)  # the code is never shown again
 
-    status, _, joined = await http_post(
-        node, "/v1/invites/redeem", {"code": code, "handle": "dan"}
-    )
-    assert status == 200 and sorted(joined["channels"]) == ["#general", "#lobby", "#ops"]
+    status, _, joined = await http_post(node, "/v1/invites/redeem", {"code": code, "handle": "dan"})
+    assert status == 200
+    assert sorted(joined["channels"]) == ["#general", "#lobby", "#ops"]
     dan = {m["handle"]: m for m in (await a.request("adminMembers"))["members"]}["dan"]
     # An invite makes a plain human, whatever the admin who made it is.
-    assert dan["type"] == "human" and not dan["admin"] and not dan["private"]
+    assert dan["type"] == "human"
+    assert not dan["admin"]
+    assert not dan["private"]
 
     await a.request("adminRevokeInvite", inviteId=invite["inviteId"])
     status, _, body = await http_post(node, "/v1/invites/lookup", {"code": code})
-    assert status == 410 and body["details"]["reason"] == "revoked"
+    assert status == 410
+    assert body["details"]["reason"] == "revoked"
     assert (await a.request("adminInvites"))["invites"][0]["status"] == "revoked"
 
 

@@ -19,6 +19,7 @@ import itertools
 import math
 import os
 import sys
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ import trio
 from actors.ids import new_id
 from actors.model import MemberType
 from node.client import Client
+from storage import directory, invites, scopes
+from storage.pg import connect
 from tests.nodes import Person, World, running_node
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "authorization.md"
@@ -504,6 +507,7 @@ def render() -> str:
         "- A row that is not listed under a scope kind (or a cell shown as —) has no"
         " such target there."
     )
+    lines += _admin_lines()
     return "\n".join(lines) + "\n"
 
 
@@ -967,6 +971,180 @@ async def test_private_scopes_answer_as_missing_ones(database_url: str, tmp_path
                             differ.append(f"  {who} / {op} / {form}: {seen} vs {absent}")
     assert not differ, f"{len(differ)} of {2 * len(PROBES)} probes tell them apart:\n" + "\n".join(
         differ
+    )
+
+
+# ---------------------------------------------------------------- workspace admin ops
+#
+# Workspace-wide ops, asked of no scope: one table, its own actors. A cell
+# that changes something gets its own target (a fresh member or invite), so
+# no answer depends on the order in which cells run.
+
+ADMIN_ACTORS: dict[str, tuple[str, str]] = {
+    "admin": ("admin", "a workspace admin (a human)"),
+    "member": ("member", "a human of the workspace who is not an admin"),
+    "agent": ("agent", "a public agent of the workspace"),
+    "private_agent": ("admin's private agent", "a private agent owned by the admin"),
+    "outsider": ("other workspace", "a member of another workspace, not an admin there"),
+    "foreign_admin": ("other workspace's admin", "an admin of another workspace"),
+}
+ADMIN_OPS: dict[str, str] = {
+    # op (the row heading) → the request each cell sends
+    "adminMembers": "`adminMembers`: is a member of the workspace listed?",
+    "adminCreateMember": "`adminCreateMember` a human with a fresh handle",
+    "adminDeactivateMember": "`adminDeactivateMember` a fresh member of the workspace",
+    "adminSetAdmin": "`adminSetAdmin` to promote a fresh human of the workspace",
+    "adminIssueToken": "`adminIssueToken` for a fresh member of the workspace",
+    "adminRevokeTokens": "`adminRevokeTokens` of a fresh member of the workspace",
+    "adminCreateInvite": "`adminCreateInvite` for one use",
+    "adminInvites": "`adminInvites`: is an invite of the workspace listed?",
+    "adminRevokeInvite": "`adminRevokeInvite` a fresh invite of the workspace",
+    "adminChannels": "`adminChannels`: is the workspace's `#general` listed?",
+    "adminCreateChannel": "`adminCreateChannel` with a fresh slug",
+}
+# fmt: off
+ADMIN_MATRIX: dict[str, tuple[str, ...]] = {
+    #                        admin member agent private_agent outsider foreign_admin
+    "adminMembers":          (L,   F,     F,    F,            F,       U),
+    "adminCreateMember":     (OK,  F,     F,    F,            F,       OK),
+    "adminDeactivateMember": (OK,  F,     F,    F,            F,       NF),
+    "adminSetAdmin":         (OK,  F,     F,    F,            F,       NF),
+    "adminIssueToken":       (OK,  F,     F,    F,            F,       NF),
+    "adminRevokeTokens":     (OK,  F,     F,    F,            F,       NF),
+    "adminCreateInvite":     (OK,  F,     F,    F,            F,       OK),
+    "adminInvites":          (L,   F,     F,    F,            F,       U),
+    "adminRevokeInvite":     (OK,  F,     F,    F,            F,       NF),
+    "adminChannels":         (L,   F,     F,    F,            F,       U),
+    "adminCreateChannel":    (OK,  F,     F,    F,            F,       OK),
+}
+# fmt: on
+
+_ADMIN_INTRO = """\
+Workspace-wide ops of the admin page (docs/invites.md). Only a workspace
+admin may make them, and the node asks the database at every request, so a
+demotion or a deactivation counts from the next one. An admin acts on its own
+workspace only: a member or an invite of another workspace is `not_found`,
+and a listing names none of them. An admin is a human; an invite makes a
+plain human member, never an admin or an agent."""
+
+
+def _admin_lines() -> list[str]:
+    columns = list(ADMIN_ACTORS)
+    lines = ["", "## Workspace admin ops", "", _ADMIN_INTRO, ""]
+    lines += ["| column | who |", "| --- | --- |"]
+    lines += [f"| {heading} | {who} |" for heading, who in ADMIN_ACTORS.values()]
+    lines += ["", "| row | request |", "| --- | --- |"]
+    lines += [f"| {op} | {request} |" for op, request in ADMIN_OPS.items()]
+    lines += ["", "| op | " + " | ".join(ADMIN_ACTORS[c][0] for c in columns) + " |"]
+    lines.append("| --- |" + " :-: |" * len(columns))
+    for op, answers in ADMIN_MATRIX.items():
+        lines.append(f"| {op} | " + " | ".join(_cell(a) for a in answers) + " |")
+    return lines
+
+
+@dataclass
+class AdminCast:
+    world: World
+    general: str  # the workspace's #general
+    invite_id: str  # an invite of the workspace
+    fresh: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+
+async def _promoted(world: World, person: Person) -> Person:
+    async with await connect(world.node.database_url, autocommit=True) as conn:
+        await directory.set_admin(conn, person.id, True)
+    return person
+
+
+async def _admin_fields(cast: AdminCast, op: str) -> dict[str, Any]:
+    n = next(cast.fresh)
+    if op in ("adminMembers", "adminInvites", "adminChannels"):
+        return {}
+    if op == "adminCreateMember":
+        return {"handle": f"new{n}"}
+    if op == "adminCreateInvite":
+        return {"maxUses": 1}
+    if op == "adminCreateChannel":
+        return {"slug": f"room{n}", "name": f"Room {n}"}
+    if op == "adminRevokeInvite":
+        async with await connect(cast.world.node.database_url, autocommit=True) as conn:
+            made = await invites.create_invite(
+                conn, cast.world.workspace_id, expires_in_s=3600, max_uses=None
+            )
+        return {"inviteId": made.id}
+    target = await cast.world.member(f"target{n}")
+    return {"memberId": target.id, **({"admin": True} if op == "adminSetAdmin" else {})}
+
+
+def _admin_listed(cast: AdminCast, op: str, result: dict[str, Any]) -> str:
+    if op == "adminMembers":
+        found = any(m["handle"] == "member" for m in result["members"])
+    elif op == "adminInvites":
+        found = any(i["id"] == cast.invite_id for i in result["invites"])
+    elif op == "adminChannels":
+        found = any(c["scopeId"] == cast.general for c in result["channels"])
+    else:
+        return OK
+    return LISTED if found else UNLISTED
+
+
+async def test_workspace_admin_ops(database_url: str, tmp_path: Path) -> None:
+    columns = list(ADMIN_ACTORS)
+    got: dict[tuple[str, str], str] = {}
+    with trio.fail_after(TIMEOUT):
+        async with running_node(database_url, tmp_path) as node, AsyncExitStack() as hold:
+            world = await World.create(node, "admin matrix")
+            elsewhere = await World.create(node, "elsewhere")
+            admin = await _promoted(world, await world.member("admin"))
+            people = {
+                "admin": admin,
+                "member": await world.member("member"),
+                "agent": await world.member("bot", MemberType.AGENT),
+                "private_agent": await world.member(
+                    "pa", MemberType.AGENT, owner=admin, private=True
+                ),
+                "outsider": await elsewhere.member("outsider"),
+                "foreign_admin": await _promoted(elsewhere, await elsewhere.member("boss")),
+            }
+            clients = {}
+            for name, person in people.items():
+                home = elsewhere if name in ("outsider", "foreign_admin") else world
+                kind = "daemon" if person.member.type is MemberType.AGENT else "browser"
+                clients[name] = await hold.enter_async_context(home.client(person, kind=kind))
+            async with await connect(node.database_url, autocommit=True) as conn:
+                general = await scopes.create_general(conn, admin.member)
+                made = await invites.create_invite(
+                    conn, world.workspace_id, expires_in_s=3600, max_uses=None
+                )
+            cast = AdminCast(world, general, made.id)
+
+            async def run(op: str, actor: str) -> None:
+                try:
+                    fields = await _admin_fields(cast, op)
+                    reply = await clients[actor].request_frame(
+                        {"type": op, "id": f"a{next(cast.fresh)}", **fields}
+                    )
+                    if reply["type"] == "reply":
+                        got[(op, actor)] = _admin_listed(cast, op, reply["result"])
+                    else:
+                        got[(op, actor)] = str(reply["code"])
+                except Exception as exc:  # one broken cell must not hide the others
+                    got[(op, actor)] = f"crashed: {exc!r}"
+
+            async with trio.open_nursery() as nursery:
+                for op in ADMIN_MATRIX:
+                    for actor in columns:
+                        nursery.start_soon(run, op, actor)
+
+    expected = {
+        (op, actor): want
+        for op, answers in ADMIN_MATRIX.items()
+        for actor, want in zip(columns, answers, strict=True)
+    }
+    wrong = {cell: (want, got[cell]) for cell, want in expected.items() if got[cell] != want}
+    assert not wrong, "\n".join(
+        f"  {op} / {actor}: expected {want}, got {have}"
+        for (op, actor), (want, have) in sorted(wrong.items())
     )
 
 

@@ -47,7 +47,7 @@ async def handle(ctx: Context, request: Any) -> dict[str, Any]:
     async with ctx.services.pool.connection() as conn:
         if not await directory.is_admin(conn, admin.id):
             raise OperationError(ErrorCode.FORBIDDEN, "only a workspace admin may do this")
-        result = await _HANDLERS[type(request)](ctx, conn, admin, request)
+        result: dict[str, Any] = await _HANDLERS[type(request)](ctx, conn, admin, request)
     log.info("admin_op", op=request.__struct_config__.tag)
     return result
 
