@@ -20,6 +20,7 @@ import { browseChannels, newDirectMessage, renderPeople } from "./views/dialogs.
 import { wireLayout } from "./views/layout.js";
 import { wireList, editLastOwn } from "./views/keyboard.js";
 import { wireSwitcher } from "./views/switcher.js";
+import { wireAdmin } from "./views/admin.js";
 
 function init() {
   $("login-form").addEventListener("submit", (event) => {
@@ -41,6 +42,7 @@ function init() {
   wireList($("panel-body"));
   wireLayout();
   wireSwitcher();
+  wireAdmin();
   $("load-older").addEventListener("click", () => {
     const view = state.view;
     if (!view || view.loading) return;

@@ -17,6 +17,7 @@ import {
   setComposerEnabled,
 } from "./views/conversation.js";
 import { onReaction } from "./views/message.js";
+import { setAdmin } from "./views/admin.js";
 import { onMessageUpdated, onMessageDeleted } from "./views/edits.js";
 import { openThreadScope } from "./views/thread.js";
 import { onMembership } from "./views/members.js";
@@ -81,6 +82,7 @@ function onWelcome(frame) {
   if (state.workspace) localStorage.setItem(STORAGE_WORKSPACE, state.workspace);
   setStatus("Connected", "up");
   $("me").textContent = `${personName(frame.member)} (@${frame.member.handle})`;
+  setAdmin(Boolean(frame.admin));
   clearInterval(state.pingTimer);
   const every = Math.max(5000, Math.floor((frame.heartbeatMs || 20000) / 2));
   let pingId = 0;

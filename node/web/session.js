@@ -8,6 +8,7 @@ import { renderScopes } from "./views/sidebar.js";
 import { renderTimeline, setComposerEnabled } from "./views/conversation.js";
 import { closePanel } from "./views/thread.js";
 import { readInvite, openInvite } from "./invite.js";
+import { setAdmin } from "./views/admin.js";
 
 // While the invite page is up, nothing else may take the screen: the page's
 // start-up would otherwise show the sign-in form, or sign in with a token
@@ -75,6 +76,7 @@ export function logout(message) {
   localStorage.removeItem(STORAGE_OUTBOX);
   state.outbox = [];
   state.me = null;
+  setAdmin(false);
   state.workspace = "";
   state.scopes = new Map();
   state.lastSeen = new Map();
