@@ -24,6 +24,7 @@ export const state = {
   nextId: 1,
   pending: new Map(), // request id -> {resolve, reject, op}
   me: null,
+  admin: false, // the welcome said so: the Admin button shows (the node checks every admin op)
   scopes: new Map(), // scopeId -> scope summary from `scopes`
   lastSeen: new Map(), // scopeId -> highest seq observed (for hello.resume)
   current: null, // scopeId open in the main view
