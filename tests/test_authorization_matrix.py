@@ -546,6 +546,9 @@ class Cast:
     people: dict[str, Person]
     clients: dict[str, Client]
     hold: trio.Nursery  # keeps the sessions opened while building worlds
+    # Set when every cell is answered: the sessions then close as a client
+    # closes them (a cancelled client waits out its close handshake instead).
+    done: trio.Event = field(default_factory=trio.Event)
     slugs: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     handles: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -652,7 +655,7 @@ async def dm_scene(cast: Cast) -> Scene:
     first = await cast.world.member(f"dma{n}")
     second = await cast.world.member(f"dmb{n}")
     agent = await cast.world.member(f"dmp{n}", MemberType.AGENT, owner=first, private=True)
-    client = await cast.hold.start(session, cast.world, first)
+    client = await cast.hold.start(session, cast.world, first, cast.done)
     sent = await ok(
         client, cast, "send", target=f"dm:{second.id}", content="hello", clientMessageId=f"dm-{n}"
     )
@@ -678,13 +681,17 @@ async def dm_scene(cast: Cast) -> Scene:
 
 
 async def session(
-    world: World, person: Person, *, task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED
+    world: World,
+    person: Person,
+    done: trio.Event,
+    *,
+    task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Open a session for ``person`` and keep it open until cancelled."""
+    """Open a session for ``person`` and keep it open until ``done``."""
     kind = "daemon" if person.member.type is MemberType.AGENT else "browser"
     async with world.client(person, kind=kind, max_pending_events=math.inf) as client:
         task_status.started(client)
-        await trio.sleep_forever()
+        await done.wait()
 
 
 async def scene(cast: Cast, kind: str) -> Scene:
@@ -824,9 +831,12 @@ async def test_authorization_matrix(database_url: str, tmp_path: Path) -> None:
             people["foreign_agent"] = await elsewhere.member(
                 "foreign_agent", MemberType.AGENT, owner=people["foreign"], private=True
             )
-            clients = {name: await hold.start(session, world, people[name]) for name in _ACTING}
-            clients["foreign"] = await hold.start(session, elsewhere, people["foreign"])
-            cast = Cast(world, people, clients, hold)
+            done = trio.Event()
+            clients = {
+                name: await hold.start(session, world, people[name], done) for name in _ACTING
+            }
+            clients["foreign"] = await hold.start(session, elsewhere, people["foreign"], done)
+            cast = Cast(world, people, clients, hold, done)
 
             shared: dict[str, Scene] = {}
 
@@ -855,7 +865,7 @@ async def test_authorization_matrix(database_url: str, tmp_path: Path) -> None:
                     for cell in expected:
                         if (cell[1] in SENDING) is sends:
                             nursery.start_soon(run, cell)
-            hold.cancel_scope.cancel()
+            done.set()
 
     wrong = {cell: (want, got[cell]) for cell, want in expected.items() if got[cell] != want}
     assert not wrong, f"{len(wrong)} of {len(expected)} cells differ:\n" + "\n".join(

@@ -171,6 +171,21 @@ async def test_welcome_and_member_id(node: FakeNode) -> None:
         assert client.member_id == "mem_1"
 
 
+async def test_a_cancelled_client_closes_at_once(node: FakeNode) -> None:
+    # Its reader is cancelled with it: waiting for the node's answer to the
+    # close held every cancelled client for the whole connect timeout.
+    async def hold(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_client(node.url, GOOD_TOKEN, connect_timeout=5.0):
+            task_status.started()
+            await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hold)
+        started = trio.current_time()
+        nursery.cancel_scope.cancel()
+    assert trio.current_time() - started < 1.0
+
+
 async def test_request_returns_result_and_sends_fields(node: FakeNode) -> None:
     async with open_client(node.url, GOOD_TOKEN) as client:
         result = await client.request("scopes", limit=3)

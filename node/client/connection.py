@@ -60,6 +60,8 @@ __all__ = [
 # Client-side close codes (RFC 6455): the server broke the protocol; we gave up
 # on an event queue nobody reads.
 CLOSE_PROTOCOL_ERROR = 1002
+# How long a cancelled client's close frame may take to go out.
+CANCELLED_CLOSE_S = 0.1
 CLOSE_POLICY_VIOLATION = 1008
 
 _encoder = msgspec.json.Encoder()
@@ -552,7 +554,11 @@ async def _run_client(
             try:
                 yield client
             finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(connect_timeout):
+                # A cancelled caller cancels the readers too: nobody would read
+                # the node's answer to the close, so it is not waited for.
+                cancelled = trio.current_effective_deadline() == -math.inf
+                grace = CANCELLED_CLOSE_S if cancelled else connect_timeout
+                with trio.CancelScope(shield=True), trio.move_on_after(grace):
                     await client.aclose()
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
