@@ -32,6 +32,7 @@ from tests.test_browser import (
     STEP_MS,
     BrowserThread,
     Person,
+    admin,
     browser_missing,
     conversation,
     messages,
@@ -39,6 +40,7 @@ from tests.test_browser import (
     new_workspace,
     node_client,
 )
+from tests.test_browser_admin import create_invite, open_admin
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -211,6 +213,33 @@ async def capture(dsn: str, work: Path) -> None:
                 context.close()
 
             await thread.run(shoot)
+            await admin(node, "promote", "--member", ann.id)
+
+            def invite(browser: Browser) -> None:
+                # An admin creates an invite link; a newcomer opens it.
+                context = browser.new_context(
+                    viewport={"width": 1280, "height": 800}, color_scheme="light"
+                )
+                context.set_default_timeout(STEP_MS)
+                page = context.new_page()
+                page.goto(f"{base}/#token={ann.token}")
+                expect(page.get_by_role("status").first).to_have_text("Connected")
+                link = create_invite(open_admin(page))
+                page.screenshot(path=str(OUT / "admin-invite.png"))
+                joiner = browser.new_context(
+                    viewport={"width": 1280, "height": 800}, color_scheme="light"
+                )
+                joiner.set_default_timeout(STEP_MS)
+                newcomer = joiner.new_page()
+                newcomer.goto(link)
+                expect(newcomer.get_by_role("button", name="Join")).to_be_visible()
+                newcomer.get_by_role("textbox", name="Handle").fill("dana")
+                newcomer.get_by_role("textbox", name="Display name").fill("Dana Kim")
+                newcomer.screenshot(path=str(OUT / "invite-join.png"))
+                joiner.close()
+                context.close()
+
+            await thread.run(invite)
     finally:
         await trio.to_thread.run_sync(thread.close)
 
