@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from node.revocation import watch_revocations
 from node.server import handle_connection, serve_metrics
 from node.services import Services
 from protocol.errors import CloseCode
-from storage import directory, invites, outbox, scopes
+from storage import directory, invites, outbox, scopes, search_terms
 from storage.errors import StorageError
 from storage.group_commit import GroupCommitter
 from storage.pool import Pool, open_pool
@@ -88,6 +89,10 @@ async def serve_node(
         open_pool(dsn, size=settings.pool_size, configure=autocommit) as pool,
         trio.open_nursery() as nursery,
     ):
+        async with pool.connection() as conn:
+            # A language the database lacks would fail every search: refuse to start.
+            language = await search_terms.check_language(conn, settings.search_language)
+        settings = replace(settings, search_language=language)
         marker = DeliveredMarker(pool)
         metrics = Metrics()
         hub = Hub(marker.add, metrics.delivery.observe)

@@ -21,6 +21,7 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import NoReturn
@@ -92,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDR:PORT",
         help="a second listener that answers /metrics (only) to whoever reaches it; "
         "/metrics on --port answers loopback peers and SCOPENODE_METRICS_TOKEN holders only",
+    )
+
+    serve.add_argument(
+        "--search-language",
+        default=None,
+        metavar="CONFIG",
+        help="the PostgreSQL text search configuration whose stems search words also match "
+        "(default: SCOPENODE_SEARCH_LANGUAGE, else english)",
     )
 
     admin = commands.add_parser("admin", help="provision workspaces, members, tokens")
@@ -276,6 +285,8 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_bind=args.metrics_bind,
         public_url=args.public_url,
     )
+    if args.search_language:
+        settings = replace(settings, search_language=args.search_language)
     try:
         load_moderation(settings)
     except (OSError, UnicodeDecodeError) as exc:
@@ -289,12 +300,27 @@ def _serve(args: argparse.Namespace) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             trio.run(functools.partial(serve_node, settings, on_ready=settle_heap))
     except BaseException as exc:
+        if (unknown := _unknown_language(exc)) is not None:
+            print(f"scopenode: --search-language: {unknown}", file=sys.stderr)
+            return USAGE_ERROR
         # Another process may take the port between the check and the bind.
         if not address_in_use(exc):
             raise
         print(f"scopenode: port {args.port} is in use; pass --port", file=sys.stderr)
         return USAGE_ERROR
     return 0
+
+
+def _unknown_language(exc: BaseException) -> BaseException | None:
+    from storage.search_terms import UnknownLanguage
+
+    if isinstance(exc, UnknownLanguage):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _unknown_language(inner)) is not None:
+                return found
+    return None
 
 
 def _add_join(parser: argparse.ArgumentParser, help_text: str) -> None:

@@ -45,6 +45,7 @@ UPLOAD_BURST_ENV = "SCOPENODE_UPLOAD_BURST"
 UPLOAD_QUOTA_ENV = "SCOPENODE_UPLOAD_QUOTA"
 MEMORY_CEILING_ENV = "SCOPENODE_MEMORY_CEILING_MB"
 METRICS_TOKEN_ENV = "SCOPENODE_METRICS_TOKEN"
+SEARCH_LANGUAGE_ENV = "SCOPENODE_SEARCH_LANGUAGE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +164,11 @@ class Settings:
     metrics_bind: tuple[str, int] | None = None
     metrics_token: str | None = field(
         default_factory=lambda: os.environ.get(METRICS_TOKEN_ENV) or None, repr=False
+    )
+    # The text search configuration whose stems a search word also matches
+    # (docs/design.md#search): any the database has; checked at start.
+    search_language: str = field(
+        default_factory=lambda: os.environ.get(SEARCH_LANGUAGE_ENV) or "english"
     )
 
     @property

@@ -113,19 +113,30 @@ class History(_Frame, tag="history"):
 
 class Search(_Frame, tag="search"):
     """Find readable messages (docs/design.md#search). ``query``: words (a word
-    of the message starts with each), ``"exact phrase"``, ``-excluded``,
-    ``from:@handle``, ``in:#channel`` (and its threads); any other token is a
-    literal matched as a substring. ``scopeId`` keeps one scope, ``authorId``
-    one author; ``cursor`` is the previous page's ``nextCursor``, with the same
-    query, filters and sort."""
+    of the message starts with each, or with its stem in the node's search
+    language), ``"exact phrase"``, ``-excluded``, ``from:@handle``,
+    ``in:#channel`` (and its threads), ``in:@handle`` (the viewer's DM with
+    them), ``before:``/``after:``/``on:YYYY-MM-DD`` (UTC days; before and after
+    exclude the day named); any other token is a literal matched as a
+    substring. ``fromMember`` (``@handle``), ``inScope`` (``#channel`` or
+    ``@handle``), ``before``, ``after`` and ``on`` are the same filters as
+    fields, and a search may consist of filters only. An unknown handle or
+    channel, or one the viewer cannot read, finds nothing. ``scopeId`` keeps
+    one scope, ``authorId`` one author; ``cursor`` is the previous page's
+    ``nextCursor``, with the same query, filters and sort."""
 
     id: RequestId
-    query: Annotated[str, Meta(min_length=1, max_length=256, extra=TERM)]
+    query: Annotated[str, Meta(max_length=256, extra=TERM)] = ""
     scope_id: Identifier | None = None
     author_id: Identifier | None = None
     sort: Literal["recent", "relevance"] = "recent"
     limit: Annotated[int, Meta(ge=1, le=50)] = 20
     cursor: Annotated[str, Meta(max_length=512)] | None = None
+    from_member: Annotated[str, Meta(min_length=1, max_length=80)] | None = None
+    in_scope: Annotated[str, Meta(min_length=1, max_length=100)] | None = None
+    before: Annotated[str, Meta(min_length=1, max_length=32)] | None = None
+    after: Annotated[str, Meta(min_length=1, max_length=32)] | None = None
+    on: Annotated[str, Meta(min_length=1, max_length=32)] | None = None
 
 
 class MarkRead(_Frame, tag="markRead"):

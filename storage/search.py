@@ -96,8 +96,11 @@ async def run_query(conn: TrioConnection, statement: str, params: dict[str, Any]
         return await conn.run_prepared(stmt, [text_param(params.get(name)) for name in names])
 
 
-def _fingerprint(query: str, filters: Filters, sort: Sort) -> str:
-    basis = json.dumps([query, filters.scope_id, filters.author_id, sort])
+def _fingerprint(query: str, parsed: ParsedQuery, filters: Filters, sort: Sort) -> str:
+    # The frame's explicit filters are in the parse, not in the query text.
+    basis = json.dumps(
+        [query, filters.scope_id, filters.author_id, sort, parsed.described()], sort_keys=True
+    )
     return hashlib.sha256(basis.encode()).hexdigest()[:12]
 
 
@@ -191,11 +194,12 @@ async def search(
     returned (a statement holding one strategy starts faster than one holding
     three); without them the statement chooses. ``strategy`` forces one.
     """
-    fingerprint = _fingerprint(query, filters, sort)
+    fingerprint = _fingerprint(query, parsed, filters, sort)
     after = decode_cursor(cursor, fingerprint, sort) if cursor else None
     estimate = (await term_stats(conn)).estimate(parsed)
     # The sizes of an in: search are those of its channels, not of all the viewer reads.
-    scopes_key = filters.scope_id or ",".join(sorted(parsed.in_channels)) or None
+    named = [f"#{c}" for c in parsed.in_channels] + [f"@{p}" for p in parsed.in_people]
+    scopes_key = filters.scope_id or ",".join(sorted(named)) or None
     key = (filters.workspace_id, str(viewer_params["viewer_id"]), scopes_key)
     if strategy is None and (sizes := _known_sizes(key)) is not None:
         strategy = pick(sizes, estimate, walkable=walkable(parsed, sort), limit=limit)

@@ -64,18 +64,44 @@ rights AS MATERIALIZED (
 
 
 _RIGHTS = _rights("sc.id IN (SELECT scope_id FROM scopes_in)")
-# ``in:#slug``: the channels named and their threads (through the thread-root
-# index, which leads with the parent).
-IN_CHANNELS = """
+# ``in:#slug``: the channels named; ``in:@handle``: the viewer's DM with that
+# member (its identity is ``dm:`` and the two ids in code point order, as
+# storage/scopes.py builds it).
+_IN_CHANNEL_ROOTS = """
     SELECT cp.scope_id FROM scope_channel_profiles cp
-    WHERE cp.workspace_id = %(workspace_id)s AND cp.slug = ANY(%(channels)s)
-    UNION ALL
-    SELECT t.id FROM scope_channel_profiles cp
-    JOIN scopes t ON t.parent_scope_id = cp.scope_id
     WHERE cp.workspace_id = %(workspace_id)s AND cp.slug = ANY(%(channels)s)"""
+_IN_DM_ROOTS = """
+    SELECT dm.id FROM members p
+    JOIN scopes dm ON dm.identity_key = 'dm:' || CASE
+        WHEN p.id = %(viewer_id)s THEN p.id
+        WHEN p.id COLLATE "C" < %(viewer_id)s COLLATE "C" THEN p.id || ':' || %(viewer_id)s
+        ELSE %(viewer_id)s || ':' || p.id END
+    WHERE p.workspace_id = %(workspace_id)s AND p.handle = ANY(%(people)s)"""
+
+
+def in_scopes(parsed: ParsedQuery) -> str:
+    """The scopes ``in:`` names and their threads (through the thread-root
+    index, which leads with the parent)."""
+    roots = " UNION ALL ".join(
+        part
+        for part, named in (
+            (_IN_CHANNEL_ROOTS, parsed.in_channels),
+            (_IN_DM_ROOTS, parsed.in_people),
+        )
+        if named
+    )
+    return f"""
+    SELECT r.scope_id FROM ({roots}) r (scope_id)
+    UNION ALL
+    SELECT t.id FROM scopes t WHERE t.parent_scope_id IN ({roots})"""
+
+
 # With ``in:`` only those of the viewer's scopes are candidates: a viewer who
 # reads none of them has no documents to search, and the choice knows it.
-_RIGHTS_IN = _rights(f"sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id IN ({IN_CHANNELS})")
+def _rights_in(parsed: ParsedQuery) -> str:
+    return _rights(f"sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id IN ({in_scopes(parsed)})")
+
+
 # With a scope filter only that scope is a candidate (its size decides the strategy).
 _RIGHTS_ONE = _rights("sc.id IN (SELECT scope_id FROM scopes_in) AND sc.id = %(scope_id)s")
 # The rights of the walk and of the text indexes' candidates, looked up for each
@@ -143,9 +169,10 @@ def _like(text: str) -> str:
     return f"%{escaped}%"
 
 
-def _tsquery(words: list[str]) -> str:
-    # Word terms are letters only, so quoting cannot be escaped out of.
-    return " & ".join(f"'{w}':*" for w in words)
+def _tsquery(needles: Sequence[str]) -> str:
+    """A word or its stems at the start of a word of the message. Word terms
+    and stems are letters only, so quoting cannot be escaped out of."""
+    return " | ".join(f"'{w}':*" for w in needles)
 
 
 def _term_condition(
@@ -155,7 +182,7 @@ def _term_condition(
     ``indexed``) as the same function called per row, which no index takes.
     The readable statement parses its tsquery once (an initplan), not per row."""
     if t.kind is TermKind.WORD:
-        params[name] = _tsquery([t.text])
+        params[name] = _tsquery(t.needles)
         query = f"to_tsquery('simple', %({name})s)"
         if not raw:
             query = f"(SELECT {query})"
@@ -207,10 +234,35 @@ def _conditions(
             "d.author_member_id IN (SELECT h.id FROM members h"
             " WHERE h.workspace_id = %(workspace_id)s AND h.handle = ANY(%(handles)s))"
         )
-    if parsed.in_channels:
+    if parsed.in_scopes:
         params["channels"] = list(parsed.in_channels)
-        where.append(f"d.scope_id IN ({IN_CHANNELS})")
+        params["people"] = list(parsed.in_people)
+        params.setdefault("viewer_id", None)  # the raw statement has no viewer, and no DMs
+        where.append(f"d.scope_id IN ({in_scopes(parsed)})")
+    if parsed.since is not None:
+        params["since"] = parsed.since
+        where.append("d.created_at >= %(since)s")
+    if parsed.until is not None:
+        params["until"] = parsed.until
+        where.append("d.created_at < %(until)s")
     return where
+
+
+def _rank(words: list[Term], params: dict[str, object], *, raw: bool) -> str:
+    """Word rank; a word found as typed counts 1 more than one found only by
+    its stem (``ts_rank`` stays below 1), so exact hits come first."""
+
+    def query(name: str) -> str:
+        text = f"to_tsquery('simple', %({name})s)"
+        return text if raw else f"(SELECT {text})"
+
+    params["rank_query"] = _tsquery([n for t in words for n in t.needles])
+    rank = f"ts_rank(d.body_tsv, {query('rank_query')})"
+    stemmed = [t for t in words if t.stems]
+    for i, t in enumerate(stemmed):
+        params[f"exact{i}"] = _tsquery([t.text])
+        rank += f" + (d.body_tsv @@ {query(f'exact{i}')})::int"
+    return f"({rank})::real" if stemmed else rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,13 +280,8 @@ def _order(
     *,
     raw: bool = False,
 ) -> _Order:
-    words = [t.text for t in parsed.terms if t.kind is TermKind.WORD]
-    if sort == "relevance" and words:
-        params["rank_query"] = " | ".join(f"'{w}':*" for w in words)
-        query = "to_tsquery('simple', %(rank_query)s)"
-        rank = f"ts_rank(d.body_tsv, {query if raw else f'(SELECT {query})'})"
-    else:
-        rank = "0::real"
+    words = [t for t in parsed.terms if t.kind is TermKind.WORD]
+    rank = _rank(words, params, raw=raw) if sort == "relevance" and words else "0::real"
     if sort == "relevance":
         order = f"{rank} DESC, d.created_at DESC, d.message_id DESC"
         key = f"({rank}, d.created_at, d.message_id)"
@@ -321,6 +368,9 @@ _PARAM_TYPES = {
     "freq": "float8",
     "handles": "text[]",
     "channels": "text[]",
+    "people": "text[]",
+    "since": "timestamptz",
+    "until": "timestamptz",
     "after_rank": "float4",
     "after_at": "timestamptz",
 }
@@ -358,9 +408,9 @@ class Sizes:
 
 def walkable(parsed: ParsedQuery, sort: Sort) -> bool:
     """Whether the walk may run: newest first, and not for ``in:``, whose
-    channels may hold none of the newest documents (a viewer outside them
+    scopes may hold none of the newest documents (a viewer outside them
     would walk the whole workspace to find nothing)."""
-    return sort == "recent" and not parsed.in_channels
+    return sort == "recent" and not parsed.in_scopes
 
 
 def pick(sizes: Sizes, estimate: Estimate, *, walkable: bool, limit: int) -> Strategy:
@@ -466,7 +516,7 @@ def _readable_query(
         if filters.scope_id is not None:
             ctes.append(_RIGHTS_ONE)
         else:
-            ctes.append(_RIGHTS_IN if parsed.in_channels else _RIGHTS)
+            ctes.append(_rights_in(parsed) if parsed.in_scopes else _RIGHTS)
     if gated:
         params.update(
             walkable=walkable(parsed, sort), indexable=estimate.indexable, freq=estimate.freq

@@ -16,6 +16,9 @@ import re
 import time
 from dataclasses import dataclass
 
+import psycopg
+
+from actors.lru import Lru
 from actors.search_query import ParsedQuery, Term, TermKind
 from storage.errors import map_errors
 from storage.pg import TrioConnection
@@ -87,7 +90,7 @@ class TermStats:
 
     def _share(self, t: Term) -> float | None:
         if t.kind is TermKind.WORD:
-            return self.word(t.text)
+            return min(1.0, sum(self.word(needle) for needle in t.needles))
         runs = _WORD_RUN.findall(t.text)
         if not runs or not all(_is_tracked_word(run) for run in runs):
             return None  # unsegmented text, digits: no word statistics
@@ -163,3 +166,60 @@ async def term_stats(conn: TrioConnection) -> TermStats:
             shares = [float(f) for f in row[1][: len(row[0])]]
             _stats = TermStats(dict(zip(row[0], shares, strict=True)), min(shares), now)
     return _stats
+
+
+# ------------------------------------------------------------------ stems
+
+DEFAULT_LANGUAGE = "english"
+MIN_STEM = 3  # a shorter stem, as a word prefix, would match far too much
+STEMS_KEPT = 20_000
+_STEMS = """
+SELECT w, tsvector_to_array(to_tsvector(%(language)s::regconfig, w))
+FROM unnest(%(words)s::text[]) AS w
+"""
+_CHECK_LANGUAGE = "SELECT %s::regconfig::text"
+# (language, word) -> its stems: words recur, and their stems never change.
+_stems: Lru[tuple[str, str], tuple[str, ...]] = Lru("search_stems", STEMS_KEPT)
+
+
+class UnknownLanguage(ValueError):
+    """The database has no text search configuration of that name."""
+
+
+async def check_language(conn: TrioConnection, language: str) -> str:
+    """The configuration's name as the database spells it; raises
+    :class:`UnknownLanguage` when there is none (a node must not start then)."""
+    try:
+        row = await (await conn.execute(_CHECK_LANGUAGE, (language,), prepare=False)).fetchone()
+    except psycopg.Error:
+        raise UnknownLanguage(f"no text search configuration {language!r}") from None
+    assert row is not None
+    return str(row[0])
+
+
+def _kept(word: str, lexemes: list[str]) -> tuple[str, ...]:
+    # One lexeme of letters: a stop word has none, and a word the parser
+    # splits is not stemmed (each part would widen the search alone).
+    if len(lexemes) != 1:
+        return ()
+    stem = lexemes[0]
+    if stem == word or len(stem) < MIN_STEM or not stem.isalpha():
+        return ()
+    return (stem,)
+
+
+async def stems(
+    conn: TrioConnection, language: str, words: list[str]
+) -> dict[str, tuple[str, ...]]:
+    """Each word's stem in ``language`` (a text search configuration), when it
+    differs from the word; one statement for the words not seen before."""
+    found = {w: known for w in words if (known := _stems.get((language, w))) is not None}
+    missing = [w for w in words if w not in found]
+    if missing:
+        with map_errors():
+            cur = await conn.execute(_STEMS, {"language": language, "words": missing})
+            rows = await cur.fetchall()
+        for word, lexemes in rows:
+            found[word] = _kept(word, list(lexemes or []))
+            _stems.put((language, word), found[word])
+    return found

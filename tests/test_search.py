@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from actors.model import Member, MemberType
-from actors.search_query import TermKind, highlights, matches, parse
+from actors.search_query import TermKind, highlights, matches, parse, stem_words, with_stems
 from node.client import Client, ClientError
 from storage import search as index
 from storage import search_index, search_sql, search_terms
@@ -280,6 +280,9 @@ async def test_language_corpus(database_url: str, tmp_path: Path) -> None:
                 found = sorted(keys[h["message"]["id"]] for h in hits)
                 assert found == sorted(case["expect"]), case["query"]
                 parsed = parse(case["query"])
+                async with await connect(database_url, autocommit=True) as conn:
+                    stems = await search_terms.stems(conn, "english", stem_words(parsed))
+                parsed = with_stems(parsed, stems)
                 for hit in hits:
                     content = hit["message"]["content"]
                     assert hit["highlights"] == [list(s) for s in highlights(content, parsed)]

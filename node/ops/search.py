@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from actors.search_query import QueryError, highlights, parse
+from actors.search_query import QueryError, Refinements, highlights, parse, stem_words, with_stems
 from node.ops import reading
 from node.ops.context import Context, member_of
 from node.views import stored_message_view
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import Search
 from storage import search as index
-from storage import search_index
+from storage import search_index, search_terms
 from storage.search_sql import Filters
 from storage.visibility import Viewer
 
@@ -23,15 +23,21 @@ async def search(ctx: Context, request: Search) -> dict[str, Any]:
         # The same answers as `history` for a scope the caller may not read
         # (not_found in another workspace, forbidden elsewhere): never an oracle.
         await reading.scope_viewer(ctx, request.scope_id)
+    refinements = Refinements(
+        request.from_member, request.in_scope, request.before, request.after, request.on
+    )
     try:
-        parsed = parse(request.query)
+        parsed = parse(request.query, refinements)
     except QueryError as exc:
-        raise OperationError(ErrorCode.VALIDATION_FAILED, str(exc), path="$.query") from None
+        raise OperationError(ErrorCode.VALIDATION_FAILED, str(exc), path=exc.path) from None
     filters = Filters(member.workspace_id, request.scope_id, request.author_id)
     # The per-scope rights are evaluated per row by the statement itself.
     viewer = Viewer(member, public_reader=False, grant_scopes=()).params()
     started = time.perf_counter()
     async with ctx.services.pool.connection() as conn:
+        if words := stem_words(parsed):
+            language = ctx.services.settings.search_language
+            parsed = with_stems(parsed, await search_terms.stems(conn, language, words))
         try:
             results = await index.search(
                 conn,
@@ -67,4 +73,6 @@ async def search(ctx: Context, request: Search) -> dict[str, Any]:
         "hits": hits,
         "nextCursor": results.next_cursor,
         "hasMore": results.next_cursor is not None,
+        # What the node understood: a client can say what an empty page searched.
+        "searched": parsed.described(),
     }
