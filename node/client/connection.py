@@ -206,12 +206,30 @@ class Client:
         sort: str = "recent",
         limit: int = 20,
         cursor: str | None = None,
+        from_member: str | None = None,
+        in_scope: str | None = None,
+        before: str | None = None,
+        after: str | None = None,
+        on: str | None = None,
     ) -> dict[str, Any]:
         """One page of the ``search`` op: ``{hits: [{scopeId, message, highlights}],
-        nextCursor, hasMore}``; pass ``nextCursor`` back as ``cursor`` for the next
-        page. Raises :class:`ClientError` ``search_unavailable`` (retryable) while
-        the workspace's index is being built."""
-        optional = {"scopeId": scope_id, "authorId": author_id, "cursor": cursor}
+        nextCursor, hasMore, searched}``; pass ``nextCursor`` back as ``cursor`` for
+        the next page. ``from_member`` ("@ann"), ``in_scope`` ("#ops" or "@ann"
+        for your DMs with ann) and ``before``/``after``/``on`` ("YYYY-MM-DD",
+        UTC) are the query's ``from:``, ``in:`` and date operators as fields;
+        ``query`` may be empty when they are given. Raises :class:`ClientError`
+        ``search_unavailable`` (retryable) while the workspace's index is being
+        built."""
+        optional = {
+            "scopeId": scope_id,
+            "authorId": author_id,
+            "cursor": cursor,
+            "fromMember": from_member,
+            "inScope": in_scope,
+            "before": before,
+            "after": after,
+            "on": on,
+        }
         given = {name: value for name, value in optional.items() if value is not None}
         return await self.request("search", query=query, sort=sort, limit=limit, **given)
 
