@@ -24,7 +24,7 @@ export function focusSearch(event) {
 export async function runSearch(query, more = false) {
   let panel = state.panel;
   if (!more || panel?.kind !== "search") {
-    panel = { kind: "search", query, hits: [], nextCursor: null, hasMore: false, loading: true, error: "" };
+    panel = { kind: "search", query, hits: [], nextCursor: null, hasMore: false, loading: true, error: "", searched: null };
     state.panel = panel;
     $("members-button").setAttribute("aria-expanded", "false");
     openPanel("Search");
@@ -40,6 +40,7 @@ export async function runSearch(query, more = false) {
     panel.hits.push(...(result.hits || []));
     panel.nextCursor = result.nextCursor || null;
     panel.hasMore = Boolean(result.hasMore && result.nextCursor);
+    panel.searched = result.searched || null;
     panel.error = "";
   } catch (err) {
     if (state.panel !== panel) return;
@@ -83,6 +84,22 @@ function hitScopeLabel(scopeId) {
   return "a conversation";
 }
 
+const OPERATORS = "Narrow with from:@name, in:#channel or in:@name (your direct messages), before:, after: or on:YYYY-MM-DD (UTC).";
+
+// What the node understood the query as (its "searched" answer), in words:
+// an empty page then says what was looked for, filters included.
+export function describeSearched(searched, query) {
+  if (!searched) return `“${query}”`;
+  const parts = [];
+  const words = [...(searched.terms || []).map((t) => `“${t}”`), ...(searched.excluded || []).map((t) => `without “${t}”`)];
+  parts.push(words.length ? words.join(" ") : "messages");
+  if (searched.from?.length) parts.push("from " + searched.from.join(" or "));
+  if (searched.in?.length) parts.push("in " + searched.in.join(" or "));
+  if (searched.since) parts.push("on or after " + searched.since);
+  if (searched.until) parts.push("before " + searched.until);
+  return parts.join(" ");
+}
+
 function renderSearch() {
   const panel = state.panel;
   if (panel?.kind !== "search") return;
@@ -112,11 +129,13 @@ function renderSearch() {
   let status = null;
   if (panel.error) status = el("p", { class: "error", role: "alert" }, panel.error);
   else if (panel.loading) status = el("p", { class: "muted" }, "Searching…");
-  else if (!panel.hits.length) status = el("p", { class: "muted", role: "status" }, `Nothing found for “${panel.query}”.`);
-  else status = el("p", { class: "muted small", role: "status" }, `${panel.hits.length}${panel.hasMore ? "+" : ""} result${panel.hits.length === 1 ? "" : "s"} for “${panel.query}”`);
+  else if (!panel.hits.length) status = el("p", { class: "muted", role: "status" }, `Nothing found: searched ${describeSearched(panel.searched, panel.query)}.`);
+  else status = el("p", { class: "muted small", role: "status" }, `${panel.hits.length}${panel.hasMore ? "+" : ""} result${panel.hits.length === 1 ? "" : "s"} for ${describeSearched(panel.searched, panel.query)}`);
+  const hint = !panel.loading && !panel.hits.length ? el("p", { class: "muted small" }, OPERATORS) : null;
   $("panel-body").replaceChildren(
     ...[
       status,
+      hint,
       panel.hits.length ? list : null,
       panel.hasMore && !panel.loading
         ? el("button", { type: "button", class: "link more", onclick: () => runSearch(panel.query, true) }, "More results")
