@@ -151,12 +151,15 @@ RESULTS: dict[str, str] = {
         " `continueBeforeSeq` pages back and `coversThroughSeq` forward as above."
     ),
     "search": (
-        "`{hits: [{scopeId, message: MessageView, highlights}], nextCursor, hasMore}`:"
+        "`{hits: [{scopeId, message: MessageView, highlights}], nextCursor, hasMore,"
+        " searched}`:"
         " messages the caller may read (exactly what `history` shows it: threads with"
         " the parent's readers, a private agent only what it may read; deleted messages"
         " never), newest first (`sort: recent`) or best ranked first (`relevance`, ties"
-        " newest first). A word matches every word that starts with it (case-insensitive,"
-        " no stemming, in any language written with spaces); a phrase in double quotes,"
+        " newest first). A word matches every word that starts with it or with its stem"
+        " in the node's search language (case-insensitive, in any language written with"
+        " spaces; in `relevance` a word found as typed ranks above one found only by its"
+        " stem); a phrase in double quotes,"
         " and any term with digits, punctuation, emoji or Chinese, Japanese or Korean"
         " text, matches as a substring anywhere. `highlights` are `[start, end)` offsets"
         " in characters (code points) of `message.content` where a term matched, sorted"
@@ -164,7 +167,12 @@ RESULTS: dict[str, str] = {
         " another query's cursor is `validation_failed`). `scopeId` that the caller may"
         " not read answers `forbidden` (`not_found` in another workspace, or for a"
         " private scope it never belonged to), as `history` does; `search_unavailable`"
-        " (retryable) while the workspace's index is being built. See"
+        " (retryable) while the workspace's index is being built. A bad date in the query"
+        " or a field is `validation_failed` naming it (`$.query`, `$.before`, …)."
+        ' `searched` is what the node understood: `{terms, excluded, from: ["@h"],'
+        ' in: ["#c" | "@h"], since, until}` (`since` the first UTC day included,'
+        " `until` the first excluded, or null), so a client can say what an empty page"
+        " looked for. See"
         " [design.md#search](design.md#search)."
     ),
     "markRead": (
