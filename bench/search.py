@@ -34,16 +34,17 @@ from typing import Any
 import trio
 
 from actors.model import MemberType
-from actors.search_query import ParsedQuery, parse
+from actors.search_query import ParsedQuery, parse, stem_words, with_stems
 from bench.client import open_session
 from bench.dbbaseline import checkpoint
 from node import logs
 from node.app import serve_node
 from node.config import Settings, with_raised_limits
 from node.database import open_database
-from storage import directory, search_sql
+from storage import directory, search_sql, search_terms
 from storage import search as stored_search
 from storage.pg import TrioConnection, connect
+from storage.search_terms import DEFAULT_LANGUAGE
 
 BULK_TABLES = ("scope_messages", "scope_message_search_docs")
 COPY_CHUNK = 50_000
@@ -285,10 +286,14 @@ async def _queries(
         raw_t: list[float] = []
         scoped_t: list[float] = []
         for q in queries:
-            raw_t.append(await _raw_query(conn, parse(q), filters, None))
+            # The node's words with their stems, as the node searches them.
+            parsed = parse(q)
+            stems = await search_terms.stems(conn, DEFAULT_LANGUAGE, stem_words(parsed))
+            parsed = with_stems(parsed, stems)
+            raw_t.append(await _raw_query(conn, parsed, filters, None))
             # The floor under any visibility rule: the same query kept to the
             # viewer's scopes, without rights, node or WebSocket.
-            scoped_t.append(await _raw_query(conn, parse(q), filters, corpus["viewer_scope_ids"]))
+            scoped_t.append(await _raw_query(conn, parsed, filters, corpus["viewer_scope_ids"]))
             t = time.perf_counter()
             await client.request("search", query=q, limit=20)
             node_t.append(time.perf_counter() - t)

@@ -895,6 +895,9 @@ def _compared(answer: dict[str, Any], slug: str) -> dict[str, Any]:
     shown = {key: value for key, value in answer.items() if key != "id"}
     if "message" in shown:
         shown["message"] = shown["message"].replace(slug, "<slug>")
+    if isinstance(searched := shown.get("result", {}).get("searched"), dict):
+        # The search echoes the query as it understood it, slug included.
+        searched["in"] = [name.replace(slug, "<slug>") for name in searched["in"]]
     return shown
 
 
