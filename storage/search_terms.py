@@ -6,6 +6,12 @@ from the text index's statistics (``pg_stats`` of ``body_tsv``, cached for
 test, and the CJK pairs and symbols that the partial indexes of migrations 9,
 10 and 13 hold for terms without trigrams (their character classes exactly as
 those indexes' predicates state them).
+
+And the stems of the query's words in the node's search language
+(:func:`stems`): the database's own stemmer for that text search
+configuration, asked once per word and kept; each stem is then matched as a
+word prefix in the same ``simple`` index as the word, so no column or index
+depends on the language.
 """
 
 from __future__ import annotations

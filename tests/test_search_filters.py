@@ -23,6 +23,7 @@ from actors.search_query import (
 )
 from node.client import Client, ClientError
 from storage.pg import connect
+from storage.search_terms import UnknownLanguage
 from tests.nodes import World, make_channel, running_node
 
 
@@ -203,3 +204,12 @@ async def test_stems_filters_and_bounds(database_url: str, tmp_path: Path) -> No
             )
             assert await error_of(a, query="") == ("validation_failed", "$.query")
             assert ops
+
+
+async def test_a_language_the_database_lacks_stops_the_node(
+    database_url: str, tmp_path: Path
+) -> None:
+    with pytest.raises(BaseExceptionGroup) as failed:
+        async with running_node(database_url, tmp_path, search_language="no_such_language"):
+            pass
+    assert failed.group_contains(UnknownLanguage, depth=None)
