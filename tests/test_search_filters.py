@@ -6,11 +6,13 @@ a real node.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors.search_query import (
     QueryError,
@@ -91,6 +93,31 @@ def test_bad_filters_name_their_field(query: str, fields: Refinements, path: str
     with pytest.raises(QueryError) as failed:
         parse(query, fields)
     assert failed.value.path == path
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["from:@", "in:#", "in:@", "before:", "after:", "on:", "-", '"']),
+            st.text(max_size=12),
+            st.dates().map(date.isoformat),
+        ),
+        max_size=12,
+    ).map("".join)
+)
+def test_any_query_parses_or_is_a_query_error(query: str) -> None:
+    problem: QueryError | None = None
+    try:
+        parsed = parse(query)
+    except QueryError as exc:
+        problem = exc
+    if problem is not None:
+        assert problem.path == "$.query"
+        return
+    assert not parsed.empty
+    for bound in (parsed.since, parsed.until):
+        assert bound is None or bound.tzinfo is UTC
 
 
 def test_stems_join_their_words_and_highlight() -> None:
