@@ -7,6 +7,7 @@ import { request } from "../connection.js";
 import { refreshScopes } from "./sidebar.js";
 import { openPanel } from "./thread.js";
 import { confirmDialog } from "./dialogs.js";
+import { presenceDot } from "./presence.js";
 
 // `refresh`: the open panel follows a change (another conversation, a roster
 // event) without taking a phone's screen from what it shows.
@@ -47,6 +48,7 @@ export async function openMembers({ refresh = false } = {}) {
         el(
           "li",
           {},
+          presenceDot(member),
           el("span", { class: "author" }, personName(member)),
           " ",
           el("span", { class: "handle" }, "@" + member.handle),
