@@ -5,19 +5,22 @@ its own sessions, rebuilt by every session that opens.
 A member is ``online`` while one of its sessions here is active, ``away``
 while every one is idle (the client said so with ``setPresence``, or sent no
 request for ``Settings.presence_idle_s``), ``offline`` when the last closes.
-A change is pushed as ``presence`` to the live sessions of the members of the
-same workspace (a private agent's to its owner alone); the member's own
-sessions are not told.
+A change is pushed as ``presence`` to the sessions that asked to follow that
+member with the ``presence`` op (by id, or everyone they may see) and may see
+it: same workspace, a private agent's to its owner alone; the member's own
+sessions are not told. A session that never asks gets no ``presence`` event,
+so a node full of daemons and bench clients pays nothing for presence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import structlog
 
 from actors.model import Member
-from node.hub import Hub, LiveSession
+from node.hub import Hub
 from protocol.codec import encode
 from protocol.presence import PresenceEvent, PresenceState
 
@@ -53,6 +56,10 @@ class PresenceBoard:
         self.events_sent = 0
         # (member id, scope id) → when its last ``typing`` was forwarded.
         self._typing: dict[tuple[str, str], float] = {}
+        # Who follows whom: by member id, or everyone of a workspace.
+        self._followers: dict[str, set[Any]] = {}
+        self._workspace_followers: dict[str, set[Any]] = {}
+        self._following: dict[Any, tuple[str, ...] | str] = {}
 
     # ------------------------------------------------------------ typing
 
@@ -75,6 +82,7 @@ class PresenceBoard:
         self._settle(session)
 
     def closed(self, session: object) -> None:
+        self._unfollow(session)
         self._reported_idle.discard(session)
         self._idle.discard(session)
         self._active_at.pop(session, None)
@@ -132,33 +140,69 @@ class PresenceBoard:
             viewer_session.push(payload)
             self.events_sent += 1
 
-    def _viewers(self, member: Member) -> Iterator[LiveSession]:
-        """The live sessions here of the members who may see ``member``, not its own."""
-        hub = self._hub
-        if member.is_private_agent:
-            candidates: list[str] = [member.owner_member_id] if member.owner_member_id else []
-        else:
-            candidates = hub.member_ids(member.workspace_id)
-        for viewer_id in candidates:
-            if viewer_id == member.id:
-                continue
-            for session in hub.sessions_of(viewer_id):
-                viewer = member_of_session(session)
-                if viewer is not None and may_see(viewer, member):
-                    yield session
+    def _viewers(self, member: Member) -> Iterator[Any]:
+        """The sessions following ``member`` that may see it, not its own."""
+        followers = (
+            *self._followers.get(member.id, ()),
+            *self._workspace_followers.get(member.workspace_id, ()),
+        )
+        for session in followers:
+            viewer = member_of_session(session)
+            if viewer is not None and viewer.id != member.id and may_see(viewer, member):
+                yield session
 
-    def visible_to(self, viewer: Member) -> list[dict[str, str]]:
-        """``[{memberId, state}]`` of the members ``viewer`` may see who are not offline."""
-        shown = []
-        for member_id in self._hub.member_ids(viewer.workspace_id):
-            state = self._state.get(member_id)
-            if state is None:
-                continue
-            member = next(
-                (m for s in self._hub.sessions_of(member_id) if (m := member_of_session(s))),
-                None,
+    def _member(self, member_id: str) -> Member | None:
+        for session in self._hub.sessions_of(member_id):
+            if (member := member_of_session(session)) is not None:
+                return member
+        return None
+
+    def _shown(self, viewer: Member, member_id: str) -> PresenceState:
+        """The member's state as ``viewer`` may know it: offline when it may not."""
+        state = self._state.get(member_id)
+        if state is None:
+            return "offline"
+        member = self._member(member_id)
+        return state if member is not None and may_see(viewer, member) else "offline"
+
+    # ------------------------------------------------------------ following
+
+    def follow(
+        self, session: object, viewer: Member, member_ids: list[str] | None
+    ) -> list[dict[str, str]]:
+        """Follow ``member_ids`` (None: everyone ``viewer`` may see), replacing what the
+        session followed; ``[{memberId, state}]`` now: each id asked for, or
+        everyone followed who is not offline."""
+        self._unfollow(session)
+        if member_ids is None:
+            self._workspace_followers.setdefault(viewer.workspace_id, set()).add(session)
+            self._following[session] = viewer.workspace_id
+            states = (
+                (m, self._shown(viewer, m)) for m in self._hub.member_ids(viewer.workspace_id)
             )
-            if member is not None and may_see(viewer, member):
-                shown.append({"memberId": member_id, "state": state})
-        shown.sort(key=lambda entry: entry["memberId"])
-        return shown
+            shown = [{"memberId": m, "state": st} for m, st in states if st != "offline"]
+            shown.sort(key=lambda entry: entry["memberId"])
+            return shown
+        ids = tuple(dict.fromkeys(member_ids))
+        for member_id in ids:
+            self._followers.setdefault(member_id, set()).add(session)
+        self._following[session] = ids
+        return [{"memberId": m, "state": self._shown(viewer, m)} for m in ids]
+
+    def _unfollow(self, session: object) -> None:
+        followed = self._following.pop(session, None)
+        if followed is None:
+            return
+        if isinstance(followed, str):
+            _drop(self._workspace_followers, followed, session)
+        else:
+            for member_id in followed:
+                _drop(self._followers, member_id, session)
+
+
+def _drop(index: dict[str, set[Any]], key: str, session: object) -> None:
+    sessions = index.get(key)
+    if sessions is not None:
+        sessions.discard(session)
+        if not sessions:
+            del index[key]

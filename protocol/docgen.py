@@ -245,9 +245,12 @@ RESULTS: dict[str, str] = {
         " is idle too, until its next request."
     ),
     "presence": (
-        "`{members: [{memberId, state}]}`: the members the caller may see (as in"
-        " `people`) who are `online` or `away` on this node; everyone else is"
-        " `offline`. Ask once a session starts; `presence` events keep it current."
+        "`{members: [{memberId, state}]}`, on this node: with `memberIds`, the state of"
+        " each (`offline` too, and for an id the caller may not see, as for one that does"
+        " not exist); without, every member the caller may see (as in `people`) who is"
+        " `online` or `away`. From then on the session gets the `presence` events of"
+        " those members (without `memberIds`: of everyone it may see); each call replaces"
+        " the previous choice. A session that never asks gets no `presence` event."
     ),
 }
 
@@ -263,8 +266,9 @@ EVENTS: dict[str, str] = {
         " Never replayed on resume."
     ),
     "presence": (
-        "A member's presence changed (`online`, `away`, `offline`): to the sessions of"
-        " the members who may see it (a private agent's to its owner alone)."
+        "A member's presence changed (`online`, `away`, `offline`): to the sessions that"
+        " follow it (the `presence` request) and may see it (a private agent's to its"
+        " owner alone)."
     ),
     "welcome": "The answer to `hello`.",
     "reply": "The answer to a request.",

@@ -34,9 +34,12 @@ class SetPresence(_Frame, tag="setPresence"):
 
 
 class PresenceList(_Frame, tag="presence"):
-    """The current presence of the members the caller may see."""
+    """The presence of ``memberIds`` (or, without them, of everyone the caller
+    may see who is not offline), and from now on their ``presence`` events:
+    each call replaces the session's previous choice."""
 
     id: RequestId
+    member_ids: Annotated[list[Identifier], Meta(max_length=500)] | None = None
 
 
 class TypingEvent(_Frame, tag="typing"):

@@ -100,6 +100,8 @@ async def test_presence_online_away_offline_and_private_agents(
         ann, bob, cat = await world.members("ann", "bob", "cat")
         agent = await world.member("pa", MemberType.AGENT, owner=ann, private=True)
         async with world.client(bob) as b:
+            # Following everyone bob may see: he alone is here yet.
+            assert await b.presence() == {bob.id: "online"}
             async with world.client(ann) as a1:
                 assert await next_of(b, "presence") == {
                     "type": "presence",
@@ -126,6 +128,10 @@ async def test_presence_online_away_offline_and_private_agents(
             # A private agent's presence: to its owner only.
             async with world.client(ann) as a:
                 assert (await next_of(b, "presence"))["memberId"] == ann.id
+                assert await a.presence([agent.id, "mem_nobody"]) == {
+                    agent.id: "offline",
+                    "mem_nobody": "offline",
+                }
                 async with world.client(agent, kind="daemon"):
                     assert await next_of(a, "presence") == {
                         "type": "presence",
@@ -133,6 +139,8 @@ async def test_presence_online_away_offline_and_private_agents(
                         "state": "online",
                     }
                     assert (await a.presence())[agent.id] == "online"
+                    # To bob it is as a member that does not exist.
+                    assert await b.presence([agent.id]) == {agent.id: "offline"}
                     assert agent.id not in await b.presence()
                     async with world.client(cat):
                         # Bob's next presence is cat's: the agent's never came.
@@ -168,6 +176,10 @@ def test_a_silent_session_turns_away_and_back() -> None:
     for session in (bob, ann):
         hub.add(session)  # type: ignore[arg-type]
         board.opened(session, 0.0)
+    assert board.follow(bob, bob.member, None) == [
+        {"memberId": "mem_ann", "state": "online"},
+        {"memberId": "mem_bob", "state": "online"},
+    ]
     board.check(ann, 59.0)
     assert board.state_of(ann.member_id) == "online"
     board.check(ann, 60.0)
@@ -176,11 +188,10 @@ def test_a_silent_session_turns_away_and_back() -> None:
     assert board.state_of(ann.member_id) == "online"
     told = [json.loads(payload) for payload in bob.pushed]
     assert [(e["memberId"], e["state"]) for e in told] == [
-        ("mem_ann", "online"),
         ("mem_ann", "away"),
         ("mem_ann", "online"),
     ]
-    assert ann.pushed == []  # never told of herself; bob came online before she was here
+    assert ann.pushed == []  # she follows no one
     hub.discard(ann)  # type: ignore[arg-type]
     board.closed(ann)
     assert json.loads(bob.pushed[-1])["state"] == "offline"

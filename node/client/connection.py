@@ -293,10 +293,12 @@ class Client:
         result = await self.request("setPresence", state="idle" if idle else "active")
         return str(result["state"])
 
-    async def presence(self) -> dict[str, str]:
-        """The ``presence`` op: member id → ``online``/``away`` of the members this
-        one may see; everyone else is offline."""
-        result = await self.request("presence")
+    async def presence(self, member_ids: Sequence[str] | None = None) -> dict[str, str]:
+        """The ``presence`` op: member id → ``online``/``away``/``offline`` of
+        ``member_ids`` (without them: of everyone this member may see who is
+        not offline), whose ``presence`` events this session gets from now on."""
+        fields = {} if member_ids is None else {"memberIds": list(member_ids)}
+        result = await self.request("presence", **fields)
         return {entry["memberId"]: entry["state"] for entry in result["members"]}
 
     async def send_raw(self, text: str | bytes) -> None:

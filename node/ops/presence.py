@@ -68,5 +68,5 @@ def set_presence(ctx: Context, request: SetPresence) -> dict[str, str]:
 
 
 def presence(ctx: Context, request: PresenceList) -> dict[str, list[dict[str, str]]]:
-    del request  # no fields besides its id
-    return {"members": ctx.services.presence.visible_to(member_of(ctx))}
+    board = ctx.services.presence
+    return {"members": board.follow(ctx, member_of(ctx), request.member_ids)}

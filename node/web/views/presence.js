@@ -20,6 +20,10 @@ const ACTIVE_EVERY_MS = 60 * 1000;
 
 const typing = new Map(); // scopeId -> Map(memberId -> expiry timer)
 const presence = new Map(); // memberId -> "online" | "away"; absent: offline
+// The members whose dots are on screen: the node tells this session of them only.
+const followed = new Set();
+const FOLLOW_MAX = 500;
+let followTimer = null;
 const lastTyped = new Map(); // scopeId -> when this client last sent `typing`
 let idle = false;
 let lastInput = Date.now();
@@ -106,19 +110,37 @@ function repaint(memberId) {
   }
 }
 
-// A new session: the node's view replaces whatever this client held.
-export async function loadPresence() {
+// A new session: it follows the same people, and the node's view replaces
+// whatever this client held.
+export function loadPresence() {
   idle = false;
   lastReported = Date.now();
-  if (!supports("presence")) return;
+  askSoon();
+}
+
+// Show these members' presence from now on (DM peers, an open members panel).
+export function followPresence(ids) {
+  const before = followed.size;
+  for (const id of ids) {
+    if (!id || id === state.me?.id || followed.has(id)) continue;
+    followed.add(id);
+    if (followed.size > FOLLOW_MAX) followed.delete(followed.values().next().value);
+  }
+  if (followed.size !== before) askSoon();
+}
+
+function askSoon() {
+  clearTimeout(followTimer);
+  followTimer = setTimeout(ask, 50);
+}
+
+async function ask() {
+  if (!followed.size || !supports("presence")) return;
   try {
-    const { members } = await request("presence");
-    const before = [...presence.keys()];
-    presence.clear();
-    for (const entry of members || []) presence.set(entry.memberId, entry.state);
-    for (const id of new Set([...before, ...presence.keys()])) repaint(id);
+    const { members } = await request("presence", { memberIds: [...followed] });
+    for (const entry of members || []) onPresence(entry);
   } catch {
-    // An older node: no dots beyond "offline".
+    // Not connected, or an older node: the dots say offline until the next welcome.
   }
 }
 

@@ -11,7 +11,7 @@ import { openScope, renderTimeline, setComposerEnabled } from "./conversation.js
 import { closePanel, openThreadScope } from "./thread.js";
 import { confirmDialog } from "./dialogs.js";
 import { showPane } from "./layout.js";
-import { presenceDot } from "./presence.js";
+import { presenceDot, followPresence } from "./presence.js";
 
 const BASE_TITLE = "scopenode";
 
@@ -51,6 +51,7 @@ async function labelDms() {
     }
   }
   renderScopes();
+  followPresence([...state.dmPeers.values()].map((peer) => peer.id));
 }
 
 async function labelThreads() {
