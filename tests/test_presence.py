@@ -2,7 +2,8 @@
 
 ``typing`` reaches the sessions of the scope's other readers and no one
 else, a burst is coalesced, a scope the caller cannot read answers as a
-missing one, and nothing is replayed on resume. ``presence`` goes online,
+missing one, nothing is replayed on resume, and it crosses to a session on
+another node over the relay, to readers only. ``presence`` goes online,
 away (the client's idle word, or the node's idle timer) and offline with the
 last session; a private agent's only to its owner.
 """
@@ -17,10 +18,10 @@ from typing import Any
 import pytest
 
 from actors.model import Member, MemberType
-from node.client import Client, ClientError
+from node.client import Client, ClientError, open_client
 from node.hub import Hub
 from node.presence import PresenceBoard
-from tests.nodes import World, make_channel, running_node
+from tests.nodes import Person, RunningNode, World, make_channel, running_node
 
 TIMEOUT = 5
 
@@ -148,6 +149,39 @@ async def test_presence_online_away_offline_and_private_agents(
                 with pytest.raises(ClientError) as refused:
                     await a.request("setPresence", state="gone")
                 assert refused.value.code == "validation_failed"
+
+
+async def test_typing_crosses_nodes_over_the_relay(database_url: str, tmp_path: Path) -> None:
+    async with (
+        running_node(database_url, tmp_path / "a", node_id="a") as node_a,
+        running_node(database_url, tmp_path / "b", node_id="b") as node_b,
+    ):
+        world = await World.create(node_a)
+        ann, bob, cat = await world.members("ann", "bob", "cat")
+
+        def on(node: RunningNode, person: Person) -> Any:
+            return open_client(f"{node.url}?workspace={world.workspace_id}", person.token)
+
+        async with on(node_a, ann) as a, on(node_b, bob) as b, on(node_b, cat) as c:
+            general = await make_channel(a, "general", b, c)
+            created = await a.request(
+                "createChannel", slug="secret", name="Secret", visibility="private"
+            )
+            secret = created["scopeId"]
+            await a.request("invite", scopeId=secret, memberId=bob.id)
+            # Node B's events reach node A: the relay is up both ways.
+            await a.events_until(
+                lambda e: e["type"] == "membership" and e["memberId"] == cat.id, TIMEOUT
+            )
+            assert await a.typing(secret) is True
+            assert await next_of(b, "typing") == {
+                "type": "typing",
+                "scopeId": secret,
+                "memberId": ann.id,
+            }
+            assert await a.typing(general) is True
+            # Cat's first typing is general's: the private channel's never crossed to it.
+            assert (await next_of(c, "typing"))["scopeId"] == general
 
 
 @dataclass(eq=False)
