@@ -78,6 +78,8 @@ export function renderTyping() {
 // ------------------------------------------------------------ presence
 
 export function presenceOf(memberId) {
+  // This session is the member's own proof of life; the node does not tell it.
+  if (memberId === state.me?.id) return !state.connected ? "offline" : idle ? "away" : "online";
   return presence.get(memberId) || "offline";
 }
 
@@ -147,6 +149,7 @@ async function ask() {
 function report(nowIdle) {
   idle = nowIdle;
   lastReported = Date.now();
+  if (state.me) repaint(state.me.id);
   if (state.connected && supports("setPresence")) {
     request("setPresence", { state: nowIdle ? "idle" : "active" }).catch(() => {});
   }
