@@ -73,6 +73,11 @@ async def test_typing_reaches_readers_only_coalesces_and_is_not_replayed(
                 assert await a.typing(general) is True
                 assert (await next_of(c, "typing"))["scopeId"] == general
                 assert (await next_of(b, "typing"))["scopeId"] == general
+                # A thread is read through its parent: bob never posted there.
+                root = await a.send("#general", "root")
+                reply = await a.send(f"#general:{root['messageId']}", "first reply")
+                assert await a.typing(reply["targetKey"]) is True
+                assert (await next_of(b, "typing"))["scopeId"] == reply["targetKey"]
                 # A reader who left the channel is no longer told, nor may it type there.
                 await c.request("leave", scopeId=general)
                 assert await error_code(c, {"type": "typing", "scopeId": general}) == missing

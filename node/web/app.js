@@ -44,7 +44,8 @@ function init() {
   wireLayout();
   wireSwitcher();
   wireAdmin();
-  wireTyping($("composer-input"));
+  wireTyping($("composer-input"), () => state.current);
+  wireTyping($("thread-input"), () => (state.panel?.kind === "thread" ? state.panel.scopeId : null));
   wireIdle();
   $("load-older").addEventListener("click", () => {
     const view = state.view;

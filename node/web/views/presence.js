@@ -31,9 +31,10 @@ let lastReported = 0;
 
 // ------------------------------------------------------------ typing
 
-export function wireTyping(input) {
+// `scopeOf()`: the scope the composer writes to now (none: nothing to say).
+export function wireTyping(input, scopeOf) {
   input.addEventListener("input", () => {
-    const scopeId = state.current;
+    const scopeId = scopeOf();
     if (!scopeId || !input.value.trim() || !supports("typing")) return;
     const now = Date.now();
     if (now - (lastTyped.get(scopeId) || 0) < TYPING_EVERY_MS) return;
@@ -64,15 +65,20 @@ export function clearTyping(scopeId, memberId) {
   renderTyping();
 }
 
+// Under the open conversation, and under the open thread's replies.
 export function renderTyping() {
-  const names = [...(typing.get(state.current)?.keys() || [])].map(
+  setText($("typing"), typingText(state.current));
+  const thread = state.panel?.kind === "thread" ? state.panel.scopeId : null;
+  setText($("thread-typing"), typingText(thread));
+}
+
+function typingText(scopeId) {
+  const names = [...((scopeId && typing.get(scopeId)?.keys()) || [])].map(
     (id) => personName(state.people.get(id)) || "Someone",
   );
-  let text = "";
-  if (names.length === 1) text = `${names[0]} is typing…`;
-  else if (names.length === 2) text = `${names[0]} and ${names[1]} are typing…`;
-  else if (names.length > 2) text = "Several people are typing…";
-  setText($("typing"), text);
+  if (names.length === 1) return `${names[0]} is typing…`;
+  if (names.length === 2) return `${names[0]} and ${names[1]} are typing…`;
+  return names.length ? "Several people are typing…" : "";
 }
 
 // ------------------------------------------------------------ presence
