@@ -97,6 +97,9 @@ class Settings:
     # (docs/performance.md, "Commit lanes and gathering").
     commit_gather_ms: float = float(os.environ.get("SCOPENODE_COMMIT_GATHER_MS", "1"))
     actor_idle_timeout: float = 120.0
+    # A session with no request for this long counts as idle: its member is
+    # ``away`` once every session of theirs is (docs/presence.md).
+    presence_idle_s: float = 300.0
     max_inflight_requests: int = 64
     # Rows a history page may examine before answering (a private reader may see
     # few of them): the page can come back short or empty with hasMore.

@@ -10,6 +10,7 @@ from node.config import Settings
 from node.hub import Hub
 from node.limits import AddressLimiter, Limiter
 from node.metrics import Metrics
+from node.presence import PresenceBoard
 from node.registry import ActorRegistry
 from node.resolver import Resolver
 from node.upload_gate import UploadGate
@@ -39,3 +40,8 @@ class Services:
     # Swapped whole on SIGHUP (node/app.py); sends read it without a lock.
     moderation: KeywordList = field(default_factory=KeywordList)
     uploads: UploadGate = field(default_factory=UploadGate)
+    # Who is online here, from the hub's sessions (node/presence.py).
+    presence: PresenceBoard = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.presence = PresenceBoard(self.hub, self.settings.presence_idle_s)

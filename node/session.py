@@ -43,6 +43,7 @@ from protocol.frames import (
 from protocol.frames import (
     Pong as PongFrame,
 )
+from protocol.presence import SetPresence, Typing
 from protocol.wsframes import (
     BINARY,
     CLOSE,
@@ -164,6 +165,7 @@ class Session:
                 finally:
                     if self.member is not None:
                         self.services.hub.discard(self)
+                        self.services.presence.closed(self)
                 self.close(CloseCode.NORMAL, "bye")
                 with trio.move_on_after(2):
                     await self._closed.wait()
@@ -208,6 +210,8 @@ class Session:
             self._deadline = now + 2.0
         elif self.outbound.overdue(now):
             self._overflow()
+        elif self.member is not None:
+            self.services.presence.check(self, now)
 
     # ------------------------------------------------------------ inbound
 
@@ -286,6 +290,8 @@ class Session:
             self.push(encode(PongFrame(id=request.id)))
         elif isinstance(request, PongFrame):
             pass
+        elif not isinstance(request, SetPresence) and self._touched(request):
+            return  # a coalesced typing, answered
         elif isinstance(request, Send):
             if self._admitted(request.id, Kind.SEND):
                 await self._send(request)
@@ -299,6 +305,19 @@ class Session:
             await self._inflight.acquire()
             if not (isinstance(request, React) and self._react_at_once(request)):
                 self._nursery.start_soon(self._request, request)
+
+    def _touched(self, request: Any) -> bool:
+        """A request is activity (docs/presence.md); True when it was a
+        ``typing`` answered here as coalesced, free of the rate limits."""
+        now = trio.current_time()
+        presence = self.services.presence
+        presence.touched(self, now)
+        if isinstance(request, Typing) and presence.typing_coalesced(
+            self.member_id, request.scope_id, now
+        ):
+            self.reply(request.id, "typing", {"forwarded": False})
+            return True
+        return False
 
     def _react_at_once(self, request: React) -> bool:
         """A reaction on a message of a known scope with a running actor is
@@ -409,6 +428,7 @@ class Session:
                 )
             )
         )
+        self.services.presence.opened(self, trio.current_time())
         if self._resuming is not None:
             await self._inflight.acquire()
             self._nursery.start_soon(self._resume, self._resuming)

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from msgspec import inspect
 
-from protocol import admin, frames
+from protocol import admin, frames, presence
 from protocol.errors import CloseCode, ErrorCode
 
 INTRO = """\
@@ -238,6 +238,28 @@ RESULTS: dict[str, str] = {
         " members of the workspace, and private agents only to their owner (and"
         " themselves), with `ownerMemberId`."
     ),
+    "typing": (
+        "`{forwarded}`. The caller is typing in `scopeId`: the sessions of the other"
+        " members who could read a message it sent now get a `typing` event. Send it"
+        " every 2–3 s while the composer has input; one sent within 2 s of the last"
+        " forwarded one (same scope) answers `forwarded: false` and tells no one."
+        " `not_found` for an unknown scope and for one the caller cannot read alike."
+        " Never stored; see [presence.md](presence.md)."
+    ),
+    "setPresence": (
+        "`{state}`: this session is `idle` (the person stepped away) or `active` again;"
+        " `state` is the member's presence after it (`online`, or `away` once every"
+        " session of theirs is idle). A session that sends no request for 5 minutes"
+        " is idle too, until its next request."
+    ),
+    "presence": (
+        "`{members: [{memberId, state}]}`, on this node: with `memberIds`, the state of"
+        " each (`offline` too, and for an id the caller may not see, as for one that does"
+        " not exist); without, every member the caller may see (as in `people`) who is"
+        " `online` or `away`. From then on the session gets the `presence` events of"
+        " those members (without `memberIds`: of everyone it may see); each call replaces"
+        " the previous choice. A session that never asks gets no `presence` event."
+    ),
 }
 
 # The admin ops' results live beside their frames.
@@ -245,6 +267,17 @@ RESULTS |= admin.results()
 
 # Per server frame: when it is sent.
 EVENTS: dict[str, str] = {
+    "typing": (
+        "A member is typing in `scopeId`: to the sessions of the members who could read"
+        " its next message (never its own, never a daemon's). Show it for about 5 s after"
+        " the last one, and clear it at once when that member's `message` arrives."
+        " Never replayed on resume."
+    ),
+    "presence": (
+        "A member's presence changed (`online`, `away`, `offline`): to the sessions that"
+        " follow it (the `presence` request) and may see it (a private agent's to its"
+        " owner alone)."
+    ),
     "welcome": "The answer to `hello`.",
     "reply": "The answer to a request.",
     "error": "A failed request (same `id`), or `id: null` for a frame that named none.",
@@ -474,6 +507,8 @@ def render() -> str:
         frames.MessageDeletedEvent,
         frames.ReactionEvent,
         frames.InvalidateEvent,
+        presence.TypingEvent,
+        presence.PresenceEvent,
     ]
     for cls in server:
         tag = _tag(cls)

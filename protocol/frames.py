@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from protocol.admin import AdminRequest
+from protocol.presence import PresenceList, SetPresence, Typing
 
 RequestId = int | str
 # A bigint column holds every seq and count: a larger one is refused at the door.
@@ -272,6 +273,9 @@ ClientFrame = (
     | Channels
     | People
     | AdminRequest
+    | Typing
+    | SetPresence
+    | PresenceList
 )
 Request = (
     Send
@@ -295,6 +299,9 @@ Request = (
     | Channels
     | People
     | AdminRequest
+    | Typing
+    | SetPresence
+    | PresenceList
 )
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__

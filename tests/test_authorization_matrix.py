@@ -173,6 +173,12 @@ OPS: dict[str, tuple[str, str]] = {
         "history",
         "`history` of the thread's parent: does the root carry `thread`?",
     ),
+    "typing": ("typing", "`typing` with `scopeId`"),
+    "setPresence": ("setPresence", "`setPresence` to `active` (names no scope)"),
+    "presence": (
+        "presence",
+        "`presence`: is the *owner's private agent*, connected, listed?",
+    ),
 }
 MUTATING = frozenset(
     {
@@ -217,6 +223,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "channels":        (L,    L,    L,     L,       U,      L,        L),
         "people":          (U,    L,    U,     U,       U,      L,        U),
         "thread summary":  (NA,   NA,   NA,    NA,      NA,     NA,       NA),
+        "typing":          (OK,   OK,   NF,    NF,      NF,     OK,       NF),
+        "setPresence":     (OK,   OK,   OK,    OK,      OK,     OK,       OK),
+        "presence":        (U,    L,    U,     U,       U,      L,        U),
     },
     # Whoever never belonged to a private channel is answered as if it did not
     # exist: the outsider and the other owner's private agent get not_found.
@@ -244,6 +253,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "channels":        (L,    L,    U,     U,       U,      L,        U),
         "people":          (U,    L,    U,     U,       U,      L,        U),
         "thread summary":  (NA,   NA,   NA,    NA,      NA,     NA,       NA),
+        "typing":          (OK,   OK,   NF,    NF,      NF,     OK,       NF),
+        "setPresence":     (OK,   OK,   OK,    OK,      OK,     OK,       OK),
+        "presence":        (U,    L,    U,     U,       U,      L,        U),
     },
     DM: {
         #                  member third foreign other_agent
@@ -269,6 +281,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "channels":        (NA,   NA,   NA,     NA),
         "people":          (L,    U,    U,      U),
         "thread summary":  (NA,   NA,   NA,     NA),
+        "typing":          (OK,   NF,   NF,     NF),
+        "setPresence":     (OK,   OK,   OK,     OK),
+        "presence":        (NA,   NA,   NA,     NA),
     },
     # The thread of a private channel: it exists for whoever ever belonged to
     # the parent or the thread (the thread poster who left the parent).
@@ -296,6 +311,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "channels":        (NA,   NA,      NA,     NA,       NA,         NA),
         "people":          (U,    U,       U,      L,        U,          U),
         "thread summary":  (L,    NF,      NF,     U,        NF,         F),
+        "typing":          (OK,   NF,      NF,     OK,       NF,         NF),
+        "setPresence":     (OK,   OK,      OK,     OK,       OK,         OK),
+        "presence":        (U,    U,       U,      L,        U,          U),
     },
 }
 # fmt: on
@@ -344,6 +362,7 @@ _BY_SCOPE_ID: dict[str, dict[str, Any]] = {
     "markRead": {"seq": 1},
     "grant": {"granteeMemberId": "{member}"},
     "search": {"query": "hi"},
+    "typing": {},
 }
 _BY_MESSAGE_ID: dict[str, dict[str, Any]] = {
     "edit": {"content": "changed"},
@@ -455,6 +474,11 @@ The rules in short:
   messages it may see); a reaction is not a message and changes no seq.
 - `search` with `scopeId` checks first that the caller may read the scope,
   as `history` does; hits are only messages `history` would show it.
+- `typing` needs the caller to read the scope now; anyone else (a former
+  member, an outsider of a public channel too) gets `not_found`, as for a
+  scope that does not exist. `setPresence` names no scope: every session may.
+  `presence` lists a private agent only to its owner (and itself), as `people`
+  does, and only while it has a session open (docs/presence.md).
 """
 
 
@@ -755,8 +779,12 @@ async def answer(cast: Cast, s: Scene, op_key: str, actor: str) -> str:
         fields = {"grantId": made["grantId"]}
     elif op_key == "setNotification":
         fields = {"scopeId": s.scope_id, "state": "quiet"}
-    elif op_key in ("channels", "people"):
+    elif op_key in ("channels", "people", "presence"):
         fields = {}
+    elif op_key == "typing":
+        fields = {"scopeId": s.scope_id}
+    elif op_key == "setPresence":
+        fields = {"state": "active"}
     elif op_key == "thread summary":
         assert s.root is not None
         fields = {"target": f"scope:{s.root[0]}"}
@@ -775,6 +803,8 @@ def _listed(s: Scene, op_key: str, result: dict[str, Any]) -> str:
         found = any(c["id"] == s.scope_id for c in result["channels"])
     elif op_key == "people":
         found = any(m["id"] == s.targets["people"] for m in result["people"])
+    elif op_key == "presence":
+        found = any(m["memberId"] == s.targets["people"] for m in result["members"])
     elif op_key == "thread summary":
         assert s.root is not None
         found = any(m["id"] == s.root[1] and "thread" in m for m in result["messages"])

@@ -299,6 +299,26 @@ class Client:
         or the channel's owner). Idempotent."""
         return await self.request("delete", messageId=message_id)
 
+    async def typing(self, scope_id: str) -> bool:
+        """The ``typing`` op: tell the scope's readers this member is typing.
+        False when the node coalesced it with one sent under 2 s ago."""
+        result = await self.request("typing", scopeId=scope_id)
+        return bool(result.get("forwarded"))
+
+    async def set_presence(self, idle: bool) -> str:
+        """The ``setPresence`` op: this session is idle (or active again); the
+        member's presence after it (``online``/``away``)."""
+        result = await self.request("setPresence", state="idle" if idle else "active")
+        return str(result["state"])
+
+    async def presence(self, member_ids: Sequence[str] | None = None) -> dict[str, str]:
+        """The ``presence`` op: member id → ``online``/``away``/``offline`` of
+        ``member_ids`` (without them: of everyone this member may see who is
+        not offline), whose ``presence`` events this session gets from now on."""
+        fields = {} if member_ids is None else {"memberIds": list(member_ids)}
+        result = await self.request("presence", **fields)
+        return {entry["memberId"]: entry["state"] for entry in result["members"]}
+
     async def send_raw(self, text: str | bytes) -> None:
         """Write one raw WebSocket message: ``str`` as text, ``bytes`` as binary."""
         self._raise_if_closed()

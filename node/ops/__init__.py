@@ -4,7 +4,8 @@
 people, notification settings),
 ``reading`` (history, resume, scopes, read state), ``grants``, ``delivery``
 (acks and redelivery), ``messages`` (the send path), ``reactions``, ``search``,
-``admin`` (the workspace admin ops). Handlers
+``admin`` (the workspace admin ops), ``presence`` (typing and presence, never
+stored). Handlers
 see the session
 only through :class:`node.ops.context.Context`.
 """
@@ -13,7 +14,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.ops import admin, delivery, grants, membership, messages, reactions, reading, search
+from node.ops import (
+    admin,
+    delivery,
+    grants,
+    membership,
+    messages,
+    presence,
+    reactions,
+    reading,
+    search,
+)
 from node.ops.context import Context
 from node.ops.delivery import redeliver
 from node.ops.reading import resume
@@ -40,6 +51,7 @@ from protocol.frames import (
     Search,
     SetNotification,
 )
+from protocol.presence import PresenceList, SetPresence, Typing
 
 __all__ = ["handle", "redeliver", "resume"]
 
@@ -82,6 +94,12 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await messages.delete(ctx, request)
         case React():
             return await reactions.react(ctx, request)
+        case Typing():
+            return await presence.typing(ctx, request)
+        case SetPresence():
+            return presence.set_presence(ctx, request)
+        case PresenceList():
+            return presence.presence(ctx, request)
     if request.__struct_config__.tag in ADMIN_OPS:
         return await admin.handle(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")

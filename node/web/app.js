@@ -21,6 +21,7 @@ import { wireLayout } from "./views/layout.js";
 import { wireList, editLastOwn } from "./views/keyboard.js";
 import { wireSwitcher } from "./views/switcher.js";
 import { wireAdmin } from "./views/admin.js";
+import { wireTyping, wireIdle } from "./views/presence.js";
 
 function init() {
   $("login-form").addEventListener("submit", (event) => {
@@ -43,6 +44,9 @@ function init() {
   wireLayout();
   wireSwitcher();
   wireAdmin();
+  wireTyping($("composer-input"), () => state.current);
+  wireTyping($("thread-input"), () => (state.panel?.kind === "thread" ? state.panel.scopeId : null));
+  wireIdle();
   $("load-older").addEventListener("click", () => {
     const view = state.view;
     if (!view || view.loading) return;

@@ -21,6 +21,7 @@ import { setAdmin } from "./views/admin.js";
 import { onMessageUpdated, onMessageDeleted } from "./views/edits.js";
 import { openThreadScope } from "./views/thread.js";
 import { onMembership } from "./views/members.js";
+import { onTyping, clearTyping, onPresence, loadPresence } from "./views/presence.js";
 
 export function dispatch(frame) {
   switch (frame.type) {
@@ -50,6 +51,7 @@ export function dispatch(frame) {
     case "pong":
       return;
     case "message":
+      clearTyping(frame.scopeId, frame.message?.author?.memberId);
       return onMessage(frame.scopeId, frame.message);
     case "resumed":
       return onResumed(frame.scopes || {});
@@ -67,6 +69,10 @@ export function dispatch(frame) {
       return onMessageUpdated(frame);
     case "messageDeleted":
       return onMessageDeleted(frame);
+    case "typing":
+      return onTyping(frame);
+    case "presence":
+      return onPresence(frame);
     default:
       return; // additive protocol: ignore unknown event types
   }
@@ -106,6 +112,7 @@ function onWelcome(frame) {
     } else if (!state.lastSeen.has(state.current)) openScope(state.current);
   });
   loadPeople();
+  loadPresence();
   flushOutbox();
 }
 

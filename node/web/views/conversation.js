@@ -20,6 +20,7 @@ import { openMembers } from "./members.js";
 import { showPane, focusComposer } from "./layout.js";
 import { rove, keepMessageFocus } from "./keyboard.js";
 import * as history from "./history.js";
+import { renderTyping } from "./presence.js";
 
 // `reveal`: a switch the reader asked for (or the first one) brings the
 // conversation on screen and focus to its composer; a refetch of the open one
@@ -40,6 +41,7 @@ export async function openScope(scopeId, { reveal = scopeId !== state.current } 
   if (scope?.type === "channel") loadOwner(scopeId);
   renderScopes();
   renderTimeline({ stick: true });
+  renderTyping();
   showPane(reveal ? "conversation" : pane);
   if (reveal) focusComposer();
   await loadHistory(scopeId, null);

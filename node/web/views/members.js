@@ -7,6 +7,7 @@ import { request } from "../connection.js";
 import { refreshScopes } from "./sidebar.js";
 import { openPanel } from "./thread.js";
 import { confirmDialog } from "./dialogs.js";
+import { presenceDot, followPresence } from "./presence.js";
 
 // `refresh`: the open panel follows a change (another conversation, a roster
 // event) without taking a phone's screen from what it shows.
@@ -24,6 +25,7 @@ export async function openMembers({ refresh = false } = {}) {
     const { members, channelOwnerId } = await request("members", { scopeId });
     if (state.panel?.kind !== "members" || state.panel.scopeId !== scopeId) return;
     for (const m of members) if (!state.people.has(m.id)) state.people.set(m.id, m);
+    followPresence(members.map((m) => m.id));
     const byId = new Map(members.map((m) => [m.id, m]));
     const list = el("ul", { class: "members" });
     const me = state.me?.id;
@@ -47,6 +49,7 @@ export async function openMembers({ refresh = false } = {}) {
         el(
           "li",
           {},
+          presenceDot(member),
           el("span", { class: "author" }, personName(member)),
           " ",
           el("span", { class: "handle" }, "@" + member.handle),

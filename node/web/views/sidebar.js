@@ -11,6 +11,7 @@ import { openScope, renderTimeline, setComposerEnabled } from "./conversation.js
 import { closePanel, openThreadScope } from "./thread.js";
 import { confirmDialog } from "./dialogs.js";
 import { showPane } from "./layout.js";
+import { presenceDot, followPresence } from "./presence.js";
 
 const BASE_TITLE = "scopenode";
 
@@ -50,6 +51,7 @@ async function labelDms() {
     }
   }
   renderScopes();
+  followPresence([...state.dmPeers.values()].map((peer) => peer.id));
 }
 
 async function labelThreads() {
@@ -160,7 +162,9 @@ export function renderScopes() {
         : null,
       scope.notification === "mute" ? el("span", { class: "tag", title: "Muted" }, "muted") : null,
     );
-    lists[TYPE_LIST[scope.type] || "channel-list"].push(el("li", {}, link));
+    // Beside the link, not in it: the link keeps the conversation's name.
+    const dot = scope.type === "dm" ? presenceDot(state.dmPeers.get(scope.id)) : null;
+    lists[TYPE_LIST[scope.type] || "channel-list"].push(el("li", {}, link, dot));
   }
   for (const [id, items] of Object.entries(lists)) $(id).replaceChildren(...items);
   show($("threads-title"), lists["thread-list"].length > 0);

@@ -13,6 +13,7 @@ import { loadOwner } from "./edits.js";
 import { takeComposer, clearComposer } from "./uploads.js";
 import { showPane, focusComposer } from "./layout.js";
 import { rove } from "./keyboard.js";
+import { renderTyping } from "./presence.js";
 
 // `reveal`: false when the open panel is only being brought up to date (a phone
 // keeps showing whatever pane it shows).
@@ -32,6 +33,7 @@ export function closePanel() {
   $("members-button").setAttribute("aria-expanded", "false");
   if (state.pane === "panel") showPane(state.current ? "conversation" : "list");
   renderScopes();
+  renderTyping();
 }
 
 export async function openThreadScope(scopeId) {
@@ -90,6 +92,7 @@ export async function openThread(root, scopeId = null) {
 export function renderThread({ stick = false } = {}) {
   const panel = state.panel;
   if (panel?.kind !== "thread") return;
+  renderTyping();
   const body = $("panel-body");
   const restoreFocus = keepEditorFocus();
   const replies = [...panel.messages.values()].sort((a, b) => a.seq - b.seq);
