@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from actors.search_query import parse
 from bench import relayfloor
@@ -98,8 +99,9 @@ async def test_the_bare_relay_commits_through_the_nodes_committer(
     seqs: dict[int, list[int]] = {}
     async with open_pool(database_url, size=1, configure=autocommit) as pool:
         # One lane: the first chain runs alone at once, the two that arrive
-        # while it runs go next as one group statement.
-        committer = GroupCommitter(pool, lanes=1, gather=0.001)
+        # while it runs go next as one group statement (no gathering: which
+        # statement takes what then depends on order alone, not on timing).
+        committer = GroupCommitter(pool, lanes=1, gather=0.0)
         relay = relayfloor.SendRelay(committer, scopes)
 
         async def commit(scope: int, count: int) -> None:
@@ -109,6 +111,9 @@ async def test_the_bare_relay_commits_through_the_nodes_committer(
             nursery.start_soon(committer.run)
             async with trio.open_nursery() as sends:
                 sends.start_soon(commit, 0, 1)
+                # The first statement is in flight before the others arrive.
+                await trio.testing.wait_all_tasks_blocked()
+                assert committer.in_flight == 1
                 sends.start_soon(commit, 1, 2)
                 sends.start_soon(commit, 2, 1)
             nursery.cancel_scope.cancel()
