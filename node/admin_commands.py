@@ -63,6 +63,12 @@ class CliError(Exception):
 def run(args: argparse.Namespace) -> int:
     """Run the parsed ``admin``, ``db`` or ``search`` command; print its result."""
     logs.configure("warning")
+    return report(args)
+
+
+def report(args: argparse.Namespace) -> int:
+    """Run the parsed command; print its result (or its one-line error) and
+    return the exit code."""
     try:
         result = trio.run(execute, args)
     except (CliError, StorageError, SchemaError, psycopg.Error) as exc:
