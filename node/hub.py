@@ -47,6 +47,7 @@ from typing import Protocol
 
 import structlog
 
+from actors.model import Member
 from actors.planner import MessagePlan, MutationPlan
 from actors.ports import CommittedMutation, CommittedSend, ReactionActivity, ThreadActivity
 from actors.reactions import ReactionSummary
@@ -61,10 +62,12 @@ from protocol.errors import CloseCode
 from protocol.frames import (
     Deliver,
     MembershipEvent,
+    MemberUpdatedEvent,
     MessageDeletedEvent,
     MessageEvent,
     MessageUpdatedEvent,
     MessageView,
+    PersonEntry,
     ReactionEvent,
     ThreadSummary,
     ThreadUpdatedEvent,
@@ -127,6 +130,8 @@ class LiveSession(Protocol):
     def push_wake(self, delivery_id: str, framed: bytes) -> None: ...
 
     def close(self, code: int, reason: str) -> None: ...
+
+    def profile_changed(self, member: Member) -> None: ...
 
     def mute_scope(self, scope_id: str, muted: bool) -> None: ...
 
@@ -506,3 +511,33 @@ class Hub:
             # A public one goes to whoever reads the scope on the other node.
             shown = audience if visibility == "private" else None
             self.relay.membership(scope_id, member_id, op, visibility, shown)
+
+    def publish_profile(self, member: Member) -> None:
+        """``memberUpdated`` to the sessions here of the members who may see
+        ``member`` (the workspace's; a private agent's only to it and its owner),
+        and the member's own sessions send from now on under the new name.
+
+        Sessions on other nodes are not told: they read the new name with the
+        next history page or listing (docs/design.md#profiles).
+        """
+        for session in self._sessions.get(member.id, ()):
+            session.profile_changed(member)
+        payload = encode(
+            MemberUpdatedEvent(
+                member=PersonEntry(
+                    id=member.id,
+                    handle=member.handle,
+                    display_name=member.display_name,
+                    type=member.type.value,
+                    owner_member_id=member.owner_member_id if member.is_private_agent else None,
+                )
+            )
+        )
+        if member.is_private_agent:
+            audience = [member.id, *filter(None, [member.owner_member_id])]
+        else:
+            audience = list(self._workspace_members.get(member.workspace_id, ()))
+        for reader in audience:
+            for session in self._sessions.get(reader, ()):
+                session.push(payload)
+                self.events_published += 1

@@ -527,6 +527,11 @@ class Session:
         else:
             self.outbound.push_frame(framed)
 
+    def profile_changed(self, member: Member) -> None:
+        """The member was renamed: what this session sends next carries the new name."""
+        if self.member is not None and self.member.id == member.id:
+            self.member = member
+
     def mute_scope(self, scope_id: str, muted: bool) -> None:
         """Drop (or again accept) the scope's events; see ``Hub.stop_scope_events``."""
         if muted:

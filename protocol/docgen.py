@@ -260,6 +260,14 @@ RESULTS: dict[str, str] = {
         " those members (without `memberIds`: of everyone it may see); each call replaces"
         " the previous choice. A session that never asks gets no `presence` event."
     ),
+    "updateProfile": (
+        "`{memberId, displayName}`: the name as stored (surrounding spaces trimmed)."
+        " Without `memberId` the caller's own profile; with it, the caller itself or an"
+        " agent it owns. Another member's profile is `forbidden`; a member of another"
+        " workspace, or another owner's private agent, `not_found`. A name is 1–80"
+        " characters of the name text rule (see Text). Members who may see the member"
+        " get `memberUpdated`. See [design.md#profiles](design.md#profiles)."
+    ),
 }
 
 # The admin ops' results live beside their frames.
@@ -316,6 +324,12 @@ EVENTS: dict[str, str] = {
     "messageDeleted": (
         "A message was deleted: show its tombstone. To the message's current readers;"
         " the seq stays taken and `latestSeq` does not move."
+    ),
+    "memberUpdated": (
+        "A member changed its display name: to the live sessions of the workspace's"
+        " members who may see it (everyone for a human or public agent, only the owner"
+        " and the agent itself for a private agent). History and listings read the"
+        " current name; a client patches what it already shows."
     ),
     "invalidate": "Reserved: drop cached messages of the scope from `fromSeq` on.",
     "pong": "The answer to `ping`.",
@@ -509,6 +523,7 @@ def render() -> str:
         frames.InvalidateEvent,
         presence.TypingEvent,
         presence.PresenceEvent,
+        frames.MemberUpdatedEvent,
     ]
     for cls in server:
         tag = _tag(cls)

@@ -248,6 +248,15 @@ class People(_Frame, tag="people"):
     id: RequestId
 
 
+class UpdateProfile(_Frame, tag="updateProfile"):
+    """Change a member's display name (docs/design.md#profiles): the caller's own,
+    or with ``memberId`` an agent the caller owns."""
+
+    id: RequestId
+    display_name: Annotated[str, Meta(min_length=1, max_length=80, extra=NAME)]
+    member_id: Identifier | None = None
+
+
 ClientFrame = (
     Hello
     | Ping
@@ -276,6 +285,7 @@ ClientFrame = (
     | Typing
     | SetPresence
     | PresenceList
+    | UpdateProfile
 )
 Request = (
     Send
@@ -302,6 +312,7 @@ Request = (
     | Typing
     | SetPresence
     | PresenceList
+    | UpdateProfile
 )
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__
@@ -484,6 +495,13 @@ class MessageDeletedEvent(_Frame, tag="messageDeleted"):
     scope_id: str
     message_id: str
     seq: int
+
+
+class MemberUpdatedEvent(_Frame, tag="memberUpdated"):
+    """A member's profile changed: its current display name, to the sessions of
+    the members who may see it (docs/design.md#profiles), as ``people`` lists it."""
+
+    member: PersonEntry
 
 
 class InvalidateEvent(_Frame, tag="invalidate"):

@@ -60,6 +60,10 @@ ORDER BY is_admin DESC, created_at, id LIMIT 1
 """
 SELECT_ADMIN = "SELECT is_admin FROM members WHERE id = %s AND status = 'active'"
 SELECT_ACTIVE = "SELECT 1 FROM members WHERE id = %s AND status = 'active'"
+SET_DISPLAY_NAME = f"""
+UPDATE members SET display_name = %s WHERE id = %s AND status = 'active'
+RETURNING {MEMBER_COLUMNS}
+"""
 DEACTIVATE_MEMBER = "UPDATE members SET status = 'deactivated' WHERE id = %s RETURNING id"
 INSERT_TOKEN = "INSERT INTO credentials (member_id, token_hash) VALUES (%s, %s)"
 # Every node LISTENs here; the notification is delivered at commit, so a node
@@ -209,6 +213,17 @@ async def revoke_member_tokens(conn: TrioConnection, member_id: str) -> int:
     with map_errors():
         cur = await conn.execute(REVOKE_MEMBER_TOKENS, (member_id,))
         return len(await cur.fetchall())
+
+
+async def set_display_name(conn: TrioConnection, member_id: str, name: str) -> Member | None:
+    """Rename an active member; the member as now stored, or None when there is none.
+
+    Messages store no author name: history, listings and search read this row.
+    """
+    with map_errors():
+        cur = await conn.execute(SET_DISPLAY_NAME, (name, member_id))
+        row = await cur.fetchone()
+    return member_from_row(row) if row else None
 
 
 async def deactivate_member(conn: TrioConnection, member_id: str) -> int | None:

@@ -128,6 +128,11 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
     ),
     ("*remove owner* in a thread", "a thread has no owner"),
     ("*invite own agent* by a private agent", "private agents own no agents"),
+    (
+        "the profile rows (*update own profile* …) outside the public channel",
+        "a profile belongs to the workspace, not to a scope: the public channel's"
+        " columns already hold every kind of actor",
+    ),
 )
 
 OPS: dict[str, tuple[str, str]] = {
@@ -179,6 +184,15 @@ OPS: dict[str, tuple[str, str]] = {
         "presence",
         "`presence`: is the *owner's private agent*, connected, listed?",
     ),
+    "update own profile": ("updateProfile", "`updateProfile` of the caller's own display name"),
+    "update other's profile": (
+        "updateProfile",
+        "`updateProfile` with `memberId` of another human of the workspace",
+    ),
+    "update owner's agent profile": (
+        "updateProfile",
+        "`updateProfile` with `memberId` of the *owner's private agent*",
+    ),
 }
 MUTATING = frozenset(
     {
@@ -226,6 +240,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "typing":          (OK,   OK,   NF,    NF,      NF,     OK,       NF),
         "setPresence":     (OK,   OK,   OK,    OK,      OK,     OK,       OK),
         "presence":        (U,    L,    U,     U,       U,      L,        U),
+        "update own profile":           (OK, OK, OK, OK, OK, OK, OK),
+        "update other's profile":       (F,  F,  F,  F,  NF, F,  F),
+        "update owner's agent profile": (NF, OK, NF, NF, NF, OK, NF),
     },
     # Whoever never belonged to a private channel is answered as if it did not
     # exist: the outsider and the other owner's private agent get not_found.
@@ -256,6 +273,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "typing":          (OK,   OK,   NF,    NF,      NF,     OK,       NF),
         "setPresence":     (OK,   OK,   OK,    OK,      OK,     OK,       OK),
         "presence":        (U,    L,    U,     U,       U,      L,        U),
+        "update own profile":           (NA, NA, NA, NA, NA, NA, NA),
+        "update other's profile":       (NA, NA, NA, NA, NA, NA, NA),
+        "update owner's agent profile": (NA, NA, NA, NA, NA, NA, NA),
     },
     DM: {
         #                  member third foreign other_agent
@@ -284,6 +304,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "typing":          (OK,   NF,   NF,     NF),
         "setPresence":     (OK,   OK,   OK,     OK),
         "presence":        (NA,   NA,   NA,     NA),
+        "update own profile":           (NA, NA, NA, NA),
+        "update other's profile":       (NA, NA, NA, NA),
+        "update owner's agent profile": (NA, NA, NA, NA),
     },
     # The thread of a private channel: it exists for whoever ever belonged to
     # the parent or the thread (the thread poster who left the parent).
@@ -314,6 +337,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, ...]]] = {
         "typing":          (OK,   NF,      NF,     OK,       NF,         NF),
         "setPresence":     (OK,   OK,      OK,     OK,       OK,         OK),
         "presence":        (U,    U,       U,      L,        U,          U),
+        "update own profile":           (NA, NA, NA, NA, NA, NA),
+        "update other's profile":       (NA, NA, NA, NA, NA, NA),
+        "update owner's agent profile": (NA, NA, NA, NA, NA, NA),
     },
 }
 # fmt: on
@@ -479,6 +505,9 @@ The rules in short:
   scope that does not exist. `setPresence` names no scope: every session may.
   `presence` lists a private agent only to its owner (and itself), as `people`
   does, and only while it has a session open (docs/presence.md).
+- `updateProfile` renames the caller, or an agent by its owner; another
+  member's profile is `forbidden`, another owner's private agent and a member
+  of another workspace are `not_found`.
 """
 
 
@@ -624,6 +653,8 @@ async def channel_scene(cast: Cast, kind: str) -> Scene:
         "invite owner's agent": p["second_agent"].id,
         "grant": p["target"].id,
         "people": p["own_agent"].id,
+        "update other's profile": p["target"].id,
+        "update owner's agent profile": p["own_agent"].id,
     }
     own_agents = {actor: p[agent].id for actor, agent in _OWN_AGENTS.items()}
     scene = Scene(kind, scope, first["messageId"], actors, targets, c["member"], own_agents)
@@ -788,6 +819,10 @@ async def answer(cast: Cast, s: Scene, op_key: str, actor: str) -> str:
     elif op_key == "thread summary":
         assert s.root is not None
         fields = {"target": f"scope:{s.root[0]}"}
+    elif op_key == "update own profile":
+        fields = {"displayName": f"{actor} renamed"}
+    elif op_key in ("update other's profile", "update owner's agent profile"):
+        fields = {"displayName": f"renamed by {actor}", "memberId": s.targets[op_key]}
     else:  # pragma: no cover - the table and this function name the same ops
         raise AssertionError(op_key)
     reply = await ask(client, cast, op, **fields)

@@ -319,6 +319,17 @@ class Client:
         result = await self.request("presence", **fields)
         return {entry["memberId"]: entry["state"] for entry in result["members"]}
 
+    async def update_profile(
+        self, display_name: str, member_id: str | None = None
+    ) -> dict[str, Any]:
+        """The ``updateProfile`` op: rename the caller, or with ``member_id`` an agent
+        it owns. Returns ``{memberId, displayName}``; members who see it get
+        ``memberUpdated``."""
+        fields: dict[str, Any] = {"displayName": display_name}
+        if member_id is not None:
+            fields["memberId"] = member_id
+        return await self.request("updateProfile", **fields)
+
     async def send_raw(self, text: str | bytes) -> None:
         """Write one raw WebSocket message: ``str`` as text, ``bytes`` as binary."""
         self._raise_if_closed()

@@ -5,7 +5,7 @@ people, notification settings),
 ``reading`` (history, resume, scopes, read state), ``grants``, ``delivery``
 (acks and redelivery), ``messages`` (the send path), ``reactions``, ``search``,
 ``admin`` (the workspace admin ops), ``presence`` (typing and presence, never
-stored). Handlers
+stored), ``profiles`` (display names). Handlers
 see the session
 only through :class:`node.ops.context.Context`.
 """
@@ -21,6 +21,7 @@ from node.ops import (
     membership,
     messages,
     presence,
+    profiles,
     reactions,
     reading,
     search,
@@ -50,6 +51,7 @@ from protocol.frames import (
     Scopes,
     Search,
     SetNotification,
+    UpdateProfile,
 )
 from protocol.presence import PresenceList, SetPresence, Typing
 
@@ -100,6 +102,8 @@ async def handle(ctx: Context, request: Any) -> Any:
             return presence.set_presence(ctx, request)
         case PresenceList():
             return presence.presence(ctx, request)
+        case UpdateProfile():
+            return await profiles.update_profile(ctx, request)
     if request.__struct_config__.tag in ADMIN_OPS:
         return await admin.handle(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")
