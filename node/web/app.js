@@ -22,6 +22,7 @@ import { wireList, editLastOwn } from "./views/keyboard.js";
 import { wireSwitcher } from "./views/switcher.js";
 import { wireAdmin } from "./views/admin.js";
 import { wireTyping, wireIdle } from "./views/presence.js";
+import { wireProfile } from "./views/profile.js";
 
 function init() {
   $("login-form").addEventListener("submit", (event) => {
@@ -47,6 +48,7 @@ function init() {
   wireTyping($("composer-input"), () => state.current);
   wireTyping($("thread-input"), () => (state.panel?.kind === "thread" ? state.panel.scopeId : null));
   wireIdle();
+  wireProfile();
   $("load-older").addEventListener("click", () => {
     const view = state.view;
     if (!view || view.loading) return;

@@ -22,6 +22,7 @@ import { onMessageUpdated, onMessageDeleted } from "./views/edits.js";
 import { openThreadScope } from "./views/thread.js";
 import { onMembership } from "./views/members.js";
 import { onTyping, clearTyping, onPresence, loadPresence } from "./views/presence.js";
+import { onMemberUpdated } from "./views/profile.js";
 
 export function dispatch(frame) {
   switch (frame.type) {
@@ -73,6 +74,8 @@ export function dispatch(frame) {
       return onTyping(frame);
     case "presence":
       return onPresence(frame);
+    case "memberUpdated":
+      return onMemberUpdated(frame);
     default:
       return; // additive protocol: ignore unknown event types
   }

@@ -6,7 +6,8 @@ import { el } from "./dom.js";
 
 const SAFE_PROTOCOLS = new Set(["http:", "https:", "mailto:"]);
 
-// A deliberately small Markdown subset: fenced code, quotes, paragraphs;
+// A deliberately small Markdown subset: fenced code, quotes, lists (one level
+// nested), # headings (as styled text), paragraphs;
 // inline code, **bold**, *italic*/_italic_, [links](url), bare URLs, @mentions.
 // Every piece of message text becomes a text node: no HTML is ever parsed.
 
@@ -29,17 +30,15 @@ function blocks(lines, message, depth) {
   };
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
-    const fence = /^ {0,3}(`{3,}|~{3,})(.*)$/.exec(line);
-    if (fence && !(fence[1][0] === "`" && fence[2].includes("`"))) {
+    const fence = openingFence(lines, i);
+    if (fence) {
+      if (fence.before) para.push(fence.before);
       flush();
-      const char = fence[1][0];
-      const closing = new RegExp(`^ {0,3}\\${char}{${fence[1].length},}\\s*$`);
-      const body = [];
+      const body = fence.first === null ? [] : [fence.first];
       i++;
-      while (i < lines.length && !closing.test(lines[i])) body.push(lines[i++]);
-      const lang = fence[2].trim().split(/\s/)[0];
+      while (i < lines.length && !fence.closing.test(lines[i])) body.push(lines[i++]);
       out.push(
-        el("pre", { "data-lang": lang || null }, el("code", {}, document.createTextNode(body.join("\n")))),
+        el("pre", { "data-lang": fence.lang || null }, el("code", {}, document.createTextNode(body.join("\n")))),
       );
       continue;
     }
@@ -59,6 +58,20 @@ function blocks(lines, message, depth) {
       out.push(el("blockquote", {}, inner));
       continue;
     }
+    const heading = HEADING.exec(line);
+    if (heading && heading[2].trim()) {
+      flush();
+      // Styled text, not h1–h3: a message must not add to the page's outline.
+      const level = heading[1].length;
+      out.push(el("p", { class: `md-heading md-h${level}` }, el("strong", {}, inline(heading[2], message, 0))));
+      continue;
+    }
+    const item = listItem(line);
+    if (item && item.indent < 4 && (!para.length || item.ordered === null || item.start === 1)) {
+      flush();
+      i = list(lines, i, message, out);
+      continue;
+    }
     if (!line.trim()) {
       flush();
       continue;
@@ -67,6 +80,86 @@ function blocks(lines, message, depth) {
   }
   flush();
   return out;
+}
+
+const HEADING = /^ {0,3}(#{1,3})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$/;
+const LIST_ITEM = /^( *)(?:([-*+])|(\d{1,9})[.)])[ \t]+(.*)$/;
+
+function listItem(line) {
+  const match = LIST_ITEM.exec(line);
+  if (!match || !match[4].trim()) return null;
+  return {
+    indent: match[1].length,
+    ordered: match[2] ? null : "ol",
+    start: match[3] ? Number(match[3]) : null,
+    text: match[4],
+  };
+}
+
+// A list from lines[i] on, one level of nesting (deeper items join the nested
+// list); returns the index of its last line.
+function list(lines, i, message, out) {
+  const first = listItem(lines[i]);
+  const top = listNode(first);
+  let current = null;
+  let nested = null;
+  for (; i < lines.length; i++) {
+    const item = listItem(lines[i]);
+    if (!item) {
+      const line = lines[i];
+      // A lazy continuation line belongs to the item above it.
+      if (line.trim() && current && /^\s/.test(line) && !HEADING.test(line)) {
+        (nested?.lastChild || current).append("\n", ...inline(line.trim(), message, 0));
+        continue;
+      }
+      break;
+    }
+    if (item.indent >= first.indent + 2 && current) {
+      if (!nested) {
+        nested = listNode(item);
+        current.append(nested);
+      }
+      nested.append(el("li", {}, inline(item.text, message, 0)));
+      continue;
+    }
+    if ((item.ordered === null) !== (first.ordered === null)) break;
+    nested = null;
+    current = el("li", {}, inline(item.text, message, 0));
+    top.append(current);
+  }
+  out.push(top);
+  return i - 1;
+}
+
+function listNode(item) {
+  if (item.ordered === null) return el("ul", {});
+  return el("ol", { start: item.start !== 1 ? String(item.start) : null });
+}
+
+// A fence opening at lines[i]: at the line's start (CommonMark's), or after
+// text on the same line when a closing fence follows ("look: ```js").
+// An opening with nothing after it at all is text, never an empty block.
+function openingFence(lines, i) {
+  const line = lines[i];
+  const start = /^ {0,3}(`{3,}|~{3,})(.*)$/.exec(line);
+  let before = "";
+  let run;
+  let rest;
+  if (start && !(start[1][0] === "`" && start[2].includes("`"))) {
+    [, run, rest] = start;
+  } else {
+    const mid = /^(.*?\S)[ \t]*(`{3,}|~{3,})([^`~]*)$/.exec(line);
+    if (!mid) return null;
+    [, before, run, rest] = mid;
+  }
+  const closing = new RegExp(`^ {0,3}\\${run[0]}{${run.length},}\\s*$`);
+  const closed = lines.slice(i + 1).some((next) => closing.test(next));
+  const word = /^\s*([\w+#.-]*)\s*$/.exec(rest);
+  if (!closed && (before || (i + 1 >= lines.length && !rest.trim()))) return null;
+  // After text, what follows the fence is a language only when it is one word.
+  const lang = word ? word[1] : before ? "" : rest.trim().split(/\s/)[0];
+  const first = word || !before ? null : rest;
+  return { before, lang, first, closing };
 }
 
 function safeUrl(raw) {

@@ -1,0 +1,107 @@
+"""A profile rename and Markdown blocks, in a real browser.
+
+The same harness as tests/test_browser.py, one node and one browser for the
+module. Ann renames herself from the Profile dialog; Bob, with their channel
+open and its members panel showing, sees her new name on her messages, in
+the panel and in his DM list, without a reload. Then lists, headings and
+fenced code that starts mid-line render as such, and no content runs.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from tests.nodes import Person, RunningNode, World, running_node
+from tests.test_browser import DIALOGS, browser_thread, conversation, messages, open_page
+from tests.test_browser import pytestmark as pytestmark  # the browser mark, Chromium needed
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+NEW_NAME = "Ann Example"
+LISTS = "Steps:\n- first\n- second\n  - nested\n* starred\n\n1. one\n2. two"
+HEADINGS = "# Big title\n## Smaller\n### Smallest\nplain after"
+FENCE = "look at this: ```python\nprint('hi')\n```\nand after"
+HOSTILE = "- <img src=x onerror=\"window.__pwned=1\">\n# <script>window.__pwned=2</script>"
+
+
+async def test_rename_shows_live_and_markdown_blocks_render(
+    database_url: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(60):
+        async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
+            world = await World.create(node, "acme")
+            ann, bob = await world.members("ann", "bob")
+            async with world.client(ann) as client:
+                team = await client.request("createChannel", slug="team", name="Team")
+                await client.request("invite", scopeId=team["scopeId"], memberId=bob.id)
+                await client.send("#team", "hello from ann")
+                await client.send(f"dm:{bob.id}", "a direct hello")
+                for text in (LISTS, HEADINGS, FENCE, HOSTILE):
+                    await client.send("#team", text)
+            await browser.run(lambda b: rename_live(b, node, ann, bob))
+            assert DIALOGS == []
+
+
+def rename_live(browser: Browser, node: RunningNode, ann: Person, bob: Person) -> None:
+    from playwright.sync_api import expect
+
+    bob_context, reader = open_page(browser, node.http, bob.token)
+    conversation(reader, "#team").click()
+    hello = messages(reader).filter(has_text="hello from ann")
+    expect(hello).to_have_accessible_name(re.compile("^ann @ann"))
+    expect(conversation(reader, "ann")).to_be_visible()
+    reader.get_by_role("button", name="Members", exact=True).click()
+    panel = reader.get_by_role("complementary")
+    expect(panel.get_by_role("listitem").filter(has_text="@ann")).to_contain_text("ann")
+    markdown_blocks(reader)
+
+    ann_context, author = open_page(browser, node.http, ann.token)
+    author.get_by_role("button", name="Profile").click()
+    dialog = author.get_by_role("dialog", name="Profile")
+    name = dialog.get_by_role("textbox", name="Display name")
+    name.fill("\u202eevil")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.get_by_role("alert")).to_contain_text("not accepted")
+    name.fill(NEW_NAME)
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog).to_be_hidden()
+    expect(author.get_by_text(f"{NEW_NAME} (@ann)")).to_be_visible()
+
+    # Bob never reloads.
+    expect(hello).to_have_accessible_name(re.compile(f"^{NEW_NAME} @ann"))
+    expect(panel.get_by_role("listitem").filter(has_text="@ann")).to_contain_text(NEW_NAME)
+    expect(conversation(reader, NEW_NAME)).to_be_visible()
+    ann_context.close()
+    bob_context.close()
+
+
+def markdown_blocks(page: Page) -> None:
+    from playwright.sync_api import expect
+
+    listed = messages(page).filter(has_text="Steps:")
+    top = listed.get_by_role("list").first
+    expect(top.get_by_role("listitem")).to_have_count(4)  # the nested one counted inside
+    expect(top.get_by_role("list").get_by_role("listitem")).to_have_text(["nested"])
+    expect(listed.locator("ol > li")).to_have_text(["one", "two"])
+
+    headed = messages(page).filter(has_text="Big title")
+    # Styled text, not headings of the page's outline.
+    expect(headed.get_by_role("heading")).to_have_count(0)
+    expect(headed.locator("p.md-heading strong")).to_have_text(["Big title", "Smaller", "Smallest"])
+    expect(headed).to_contain_text("plain after")
+
+    fenced = messages(page).filter(has_text="look at this")
+    expect(fenced.locator("pre")).to_have_count(1)
+    expect(fenced.locator("pre code")).to_have_text("print('hi')")
+    expect(fenced.locator("pre")).to_have_attribute("data-lang", "python")
+    expect(fenced.locator("p").last).to_have_text("and after")
+
+    hostile = messages(page).filter(has_text="onerror")
+    expect(hostile.locator("li")).to_contain_text('<img src=x onerror="window.__pwned=1">')
+    expect(hostile.locator("img, script")).to_have_count(0)
+    assert page.evaluate("() => window.__pwned") is None
