@@ -1,4 +1,5 @@
-"""Attachments over HTTP: ``POST /v1/attachments`` and ``GET /v1/attachments/<id>``.
+"""Attachments over HTTP: ``POST /v1/attachments``, ``GET /v1/attachments/<id>``
+and ``POST /v1/attachments/<id>/link`` (a signed link, :mod:`node.attachment_links`).
 
 Both stream (docs/design.md#attachments). An upload is hashed and written to
 a staging file in chunks as it arrives, so the node holds at most a few
@@ -22,7 +23,9 @@ import hashlib
 import json
 import math
 import re
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -33,9 +36,11 @@ import structlog
 import trio
 
 from actors.model import Member
+from node import attachment_links
 from node.config import UploadSettings
 from node.services import Services
 from node.upload_gate import Limit, Refusal
+from node.views import rfc3339
 from protocol.text import TextKind, text_problem
 from storage import attachments, directory
 from storage.blobs import BlobStore, FilesystemBlobStore, StagedBlob
@@ -44,6 +49,25 @@ from storage.errors import StorageError
 log = structlog.get_logger(__name__)
 
 PREFIX = "/v1/attachments"
+LINK_SUFFIX = "/link"
+# Shown in the browser rather than saved: the browser's own viewer, no page
+# of this origin. SVG is not among them: it is a document that can run script.
+INLINE_TYPES = frozenset(
+    [
+        "application/pdf",
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "image/avif",
+        "image/bmp",
+    ]
+)
+# Nothing a file holds runs as a page of this origin. A PDF drops ``sandbox``:
+# Chromium does not start its PDF viewer in a sandboxed document, and the
+# viewer runs apart from the origin anyway.
+DOWNLOAD_POLICY = b"default-src 'none'; sandbox"
+PDF_POLICY = b"default-src 'none'; frame-ancestors 'none'"
 RECEIVE_BYTES = 64 * 1024
 # Bytes gathered before one write to the staging file (one thread hop each).
 # The file is created at the first write, so an upload holds no file before
@@ -65,6 +89,7 @@ _REASONS = {
     201: b"Created",
     400: b"Bad Request",
     401: b"Unauthorized",
+    403: b"Forbidden",
     404: b"Not Found",
     405: b"Method Not Allowed",
     408: b"Request Timeout",
@@ -121,10 +146,16 @@ async def handle(
             if request.method != b"POST":
                 raise HttpError(405, "method_not_allowed", "POST an upload here")
             await upload(services, stream, http, request, target.query)
+        elif target.path.endswith(LINK_SUFFIX):
+            if request.method != b"POST":
+                raise HttpError(405, "method_not_allowed", "POST for a download link")
+            attachment_id = target.path[len(PREFIX) + 1 : -len(LINK_SUFFIX)]
+            await issue_link(services, stream, http, request, attachment_id)
         else:
             if request.method not in (b"GET", b"HEAD"):
                 raise HttpError(405, "method_not_allowed", "GET an attachment")
-            await download(services, stream, http, request, target.path[len(PREFIX) + 1 :])
+            attachment_id = target.path[len(PREFIX) + 1 :]
+            await download(services, stream, http, request, attachment_id, target.query)
     except HttpError as exc:
         await _answer_early(stream, http, exc)
     except StorageError as exc:
@@ -431,9 +462,10 @@ async def download(
     http: h11.Connection,
     request: h11.Request,
     attachment_id: str,
+    query: str = "",
 ) -> None:
-    member = await _authenticate(services, request)
-    if not attachment_id.startswith("att_") or "/" in attachment_id or len(attachment_id) > 128:
+    member = await _downloader(services, request, attachment_id, query)
+    if not _is_attachment_id(attachment_id):
         raise HttpError(404, "not_found", "no such attachment")
     async with services.pool.connection() as conn:
         found = await attachments.readable_attachment(conn, attachment_id, member)
@@ -448,14 +480,15 @@ async def download(
     except FileNotFoundError:
         log.error("attachment_bytes_missing", attachment_id=found.id, digest=found.digest)
         raise HttpError(404, "not_found", "no such attachment") from None
+    kind = _media_type(found.content_type)
     headers = [
         (b"content-type", found.content_type.encode("latin-1")),
         (b"content-length", str(found.size).encode()),
-        (b"content-disposition", content_disposition(found.name).encode()),
+        (b"content-disposition", content_disposition(found.name, found.content_type).encode()),
         # The bytes are whatever a member uploaded: never sniffed, never run
         # as a page of this origin.
         (b"x-content-type-options", b"nosniff"),
-        (b"content-security-policy", b"default-src 'none'; sandbox"),
+        (b"content-security-policy", PDF_POLICY if kind == "application/pdf" else DOWNLOAD_POLICY),
         (b"cache-control", b"private, no-store"),
         (b"connection", b"close"),
     ]
@@ -476,10 +509,68 @@ async def download(
             await aclose()
 
 
-def content_disposition(name: str) -> str:
-    """``attachment`` with the name in RFC 5987 form and a plain ASCII fallback."""
+def content_disposition(name: str, content_type: str = "") -> str:
+    """``inline`` for PDFs and images, else ``attachment``; the name in RFC 5987
+    form and a plain ASCII fallback."""
     fallback = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name)
-    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
+    how = "inline" if _media_type(content_type) in INLINE_TYPES else "attachment"
+    return f"{how}; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
+
+
+def _media_type(content_type: str) -> str:
+    return content_type.partition(";")[0].strip().lower()
+
+
+def _is_attachment_id(attachment_id: str) -> bool:
+    return (
+        attachment_id.startswith("att_") and "/" not in attachment_id and len(attachment_id) <= 128
+    )
+
+
+async def issue_link(
+    services: Services,
+    stream: trio.SocketStream,
+    http: h11.Connection,
+    request: h11.Request,
+    attachment_id: str,
+) -> None:
+    """``200 {url, expiresAt}``: a download link valid for a minute, for a
+    member who may read the attachment now (``404`` otherwise)."""
+    token = _bearer(request)
+    if token is None:
+        raise HttpError(401, "unauthorized", "Authorization: Bearer <token>")
+    async with services.pool.connection() as conn:
+        found = await directory.authenticate_credential(conn, token)
+        if found is None:
+            raise HttpError(401, "unauthorized", "unknown or revoked token")
+        member, credential_id = found
+        readable = _is_attachment_id(attachment_id) and (
+            await attachments.readable_attachment(conn, attachment_id, member)
+        )
+    if not readable:
+        raise HttpError(404, "not_found", "no such attachment")
+    key = directory.token_hash(token)
+    url, expires = attachment_links.link_path(
+        PREFIX, attachment_id, key, credential_id, time.time()
+    )
+    expires_at = rfc3339(datetime.fromtimestamp(expires, UTC))
+    await _send_json(stream, http, 200, {"url": url, "expiresAt": expires_at})
+
+
+async def _downloader(
+    services: Services, request: h11.Request, attachment_id: str, query: str
+) -> Member:
+    """Who downloads: the bearer token's member, or a signed link's."""
+    link = attachment_links.parse(query)
+    if link is None:
+        return await _authenticate(services, request)
+    found = None
+    if link.credential_id:
+        async with services.pool.connection() as conn:
+            found = await directory.link_credential(conn, link.credential_id)
+    if found is None or not attachment_links.is_valid(link, attachment_id, found[1], time.time()):
+        raise HttpError(403, "forbidden", "this download link has expired or is not valid")
+    return found[0]
 
 
 # ------------------------------------------------------------------ shared

@@ -92,6 +92,12 @@ SELECT {", ".join("m." + c.strip() for c in MEMBER_COLUMNS.split(","))}, c.id, m
 FROM credentials c JOIN members m ON m.id = c.member_id
 WHERE c.token_hash = %s AND c.revoked_at IS NULL AND m.status = 'active'
 """
+# A download link's credential: its member and the key the link was signed with.
+LINK_CREDENTIAL = f"""
+SELECT {", ".join("m." + c.strip() for c in MEMBER_COLUMNS.split(","))}, c.token_hash
+FROM credentials c JOIN members m ON m.id = c.member_id
+WHERE c.id = %s AND c.revoked_at IS NULL AND m.status = 'active'
+"""
 FIRST_HUMAN = f"""
 SELECT {MEMBER_COLUMNS} FROM members WHERE type = 'human' ORDER BY created_at LIMIT 1
 """
@@ -264,6 +270,14 @@ async def authenticate_credential(
         cur = await conn.execute(AUTHENTICATE, (token_hash(token),))
         row = await cur.fetchone()
     return (member_from_row(row), int(row[7]), bool(row[8])) if row else None
+
+
+async def link_credential(conn: TrioConnection, credential_id: int) -> tuple[Member, bytes] | None:
+    """A live credential's member and token hash (what signs its download links)."""
+    with map_errors():
+        cur = await conn.execute(LINK_CREDENTIAL, (credential_id,))
+        row = await cur.fetchone()
+    return (member_from_row(row), bytes(row[7])) if row else None
 
 
 async def listen_for_revocations(conn: TrioConnection) -> None:

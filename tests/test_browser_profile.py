@@ -26,7 +26,7 @@ NEW_NAME = "Ann Example"
 LISTS = "Steps:\n- first\n- second\n  - nested\n* starred\n\n1. one\n2. two"
 HEADINGS = "# Big title\n## Smaller\n### Smallest\nplain after"
 FENCE = "look at this: ```python\nprint('hi')\n```\nand after"
-HOSTILE = "- <img src=x onerror=\"window.__pwned=1\">\n# <script>window.__pwned=2</script>"
+HOSTILE = '- <img src=x onerror="window.__pwned=1">\n# <script>window.__pwned=2</script>'
 
 
 async def test_rename_shows_live_and_markdown_blocks_render(
