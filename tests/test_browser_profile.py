@@ -3,8 +3,9 @@
 The same harness as tests/test_browser.py, one node and one browser for the
 module. Ann renames herself from the Profile dialog; Bob, with their channel
 open and its members panel showing, sees her new name on her messages, in
-the panel and in his DM list, without a reload. Then lists, headings and
-fenced code that starts mid-line render as such, and no content runs.
+the panel and in his DM list, without a reload. Before that, lists, headings
+and fenced code that starts mid-line render as such, no content runs, and
+"Open" on an attachment shows the file in a new tab through a signed link.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ NEW_NAME = "Ann Example"
 LISTS = "Steps:\n- first\n- second\n  - nested\n* starred\n\n1. one\n2. two"
 HEADINGS = "# Big title\n## Smaller\n### Smallest\nplain after"
 FENCE = "look at this: ```python\nprint('hi')\n```\nand after"
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c63f8cfc0f01f0005000201a2d1a0b60000000049454e44ae426082"
+)
 HOSTILE = '- <img src=x onerror="window.__pwned=1">\n# <script>window.__pwned=2</script>'
 
 
@@ -43,6 +48,8 @@ async def test_rename_shows_live_and_markdown_blocks_render(
                 await client.send(f"dm:{bob.id}", "a direct hello")
                 for text in (LISTS, HEADINGS, FENCE, HOSTILE):
                     await client.send("#team", text)
+                dot = await client.upload(PNG, "dot.png", "image/png")
+                await client.send("#team", "a picture", attachmentIds=[dot["attachmentId"]])
             await browser.run(lambda b: rename_live(b, node, ann, bob))
             assert DIALOGS == []
 
@@ -59,6 +66,7 @@ def rename_live(browser: Browser, node: RunningNode, ann: Person, bob: Person) -
     panel = reader.get_by_role("complementary")
     expect(panel.get_by_role("listitem").filter(has_text="@ann")).to_contain_text("ann")
     markdown_blocks(reader)
+    opens_in_a_tab(reader)
 
     ann_context, author = open_page(browser, node.http, ann.token)
     author.get_by_role("button", name="Profile").click()
@@ -78,6 +86,17 @@ def rename_live(browser: Browser, node: RunningNode, ann: Person, bob: Person) -
     expect(conversation(reader, NEW_NAME)).to_be_visible()
     ann_context.close()
     bob_context.close()
+
+
+def opens_in_a_tab(page: Page) -> None:
+    """"Open" shows the file in a new tab: a signed link, not a 401."""
+    with page.context.expect_page() as opened:
+        page.get_by_role("link", name="Open dot.png").click()
+    tab = opened.value
+    tab.wait_for_url("**/v1/attachments/**signature=**")
+    tab.wait_for_load_state()
+    assert tab.evaluate("() => document.contentType") == "image/png"
+    tab.close()
 
 
 def markdown_blocks(page: Page) -> None:

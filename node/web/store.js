@@ -47,6 +47,7 @@ export const state = {
   resolving: new Set(), // message ids whose pending sources are being read
   blobs: new Map(), // attachment id -> Promise of a blob: URL (fetched with the bearer token)
   blobUrls: new Map(), // attachment id -> blob: URL once fetched
+  links: new Map(), // attachment id -> {url, at}: a signed download link and when it came
   composers: { main: { quote: null, uploads: [] }, thread: { quote: null, uploads: [] } },
 };
 

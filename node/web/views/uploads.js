@@ -51,6 +51,53 @@ async function downloadAttachment(attachment, event) {
   }
 }
 
+// A new tab cannot send the bearer token: it opens a signed link the node
+// issues for a minute (POST …/link). The link is fetched ahead when the pointer
+// or focus reaches it, so the browser's own "Open link in new tab" works too.
+const LINK_FRESH_MS = 40_000;
+
+async function signedLink(attachment) {
+  const known = state.links.get(attachment.id);
+  if (known && Date.now() - known.at < LINK_FRESH_MS) return known.url;
+  const base = attachment.url || `/v1/attachments/${encodeURIComponent(attachment.id)}`;
+  const response = await fetch(base + "/link", {
+    method: "POST",
+    headers: { Authorization: "Bearer " + state.token },
+    cache: "no-store",
+  });
+  if (!response.ok) throw new Error(response.status === 404 ? "the file is gone" : `no link (${response.status})`);
+  const { url } = await response.json();
+  state.links.set(attachment.id, { url, at: Date.now() });
+  return url;
+}
+
+function openLink(attachment) {
+  const link = el("a", { href: attachment.url || "#", target: "_blank", rel: "noopener noreferrer" }, `Open ${attachment.name}`);
+  const refresh = () =>
+    signedLink(attachment).then(
+      (url) => link.setAttribute("href", url),
+      () => {},
+    );
+  link.addEventListener("pointerenter", refresh);
+  link.addEventListener("focus", refresh);
+  link.addEventListener("click", async (event) => {
+    event.preventDefault();
+    // Opened at once, while the click still counts as the user's: a tab opened
+    // after the fetch could be taken for a popup.
+    const tab = window.open("about:blank", "_blank");
+    if (tab) tab.opener = null;
+    try {
+      const url = await signedLink(attachment);
+      if (tab) tab.location.replace(url);
+      else window.open(url, "_blank", "noopener");
+    } catch (err) {
+      tab?.close();
+      noteError(`Could not open ${attachment.name}: ${err.message || err}`);
+    }
+  });
+  return link;
+}
+
 export function attachmentsNode(message) {
   const list = message.attachments || [];
   if (!list.length) return null;
@@ -87,6 +134,8 @@ export function attachmentsNode(message) {
             { href: attachment.url || "#", onclick: (event) => downloadAttachment(attachment, event) },
             `Download ${attachment.name}`,
           ),
+          " ",
+          openLink(attachment),
           el("span", { class: "muted small" }, formatSize(attachment.size)),
         ),
       );
