@@ -392,7 +392,8 @@ The WebSocket port also answers plain HTTP:
 | path | answer |
 | --- | --- |
 | `POST /v1/attachments?name=<file name>` | with `Authorization: Bearer <token>`, the file as the body and its `Content-Type`: `201 {attachmentId, name, contentType, size}`; `413` over the size limit (25 MiB by default), answered before the rest of the body is read; `401` for a bad token; `400` for a missing name or a malformed type. Name the id in a `send`'s `attachmentIds` (the sender's own unclaimed uploads only) |
-| `GET /v1/attachments/<id>` | with `Authorization: Bearer <token>`: the bytes, streamed, with their `Content-Type`, `Content-Disposition: attachment; filename*=UTF-8''…` and `X-Content-Type-Options: nosniff`, when the member can read the message that claimed it (an unclaimed upload: its uploader); `404` otherwise, as for an unknown id |
+| `GET /v1/attachments/<id>` | with `Authorization: Bearer <token>`, or a signed link's query instead: the bytes, streamed, with their `Content-Type`, `Content-Disposition` (`inline` for PDFs and PNG/JPEG/GIF/WebP/AVIF/BMP images, else `attachment`; `filename*=UTF-8''…`) and `X-Content-Type-Options: nosniff`, when the member can read the message that claimed it (an unclaimed upload: its uploader); `404` otherwise, as for an unknown id; `403` for an expired or invalid link |
+| `POST /v1/attachments/<id>/link` | with `Authorization: Bearer <token>`: `200 {url, expiresAt}`, a download link for a browser tab, good for one minute while the token is live and the member may read the file ([security.md#attachment-links](security.md#attachment-links)); `404` when it may not, `401` for a bad token |
 | `/healthz` | `200 ok` when the node is ready and its database answers, else `503` |
 | `/metrics` | Prometheus text exposition |
 | `/v1/whoami` | with `Authorization: Bearer <token>`: `{workspaceId, memberId, handle, displayName, type}`; `401` for an unknown or revoked token, `503` without database |

@@ -89,7 +89,7 @@ def rename_live(browser: Browser, node: RunningNode, ann: Person, bob: Person) -
 
 
 def opens_in_a_tab(page: Page) -> None:
-    """"Open" shows the file in a new tab: a signed link, not a 401."""
+    """ "Open" shows the file in a new tab: a signed link, not a 401."""
     with page.context.expect_page() as opened:
         page.get_by_role("link", name="Open dot.png").click()
     tab = opened.value
