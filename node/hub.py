@@ -512,7 +512,7 @@ class Hub:
             shown = audience if visibility == "private" else None
             self.relay.membership(scope_id, member_id, op, visibility, shown)
 
-    def publish_profile(self, member: Member) -> None:
+    def publish_profile(self, member: Member, avatar_color: str | None = None) -> None:
         """``memberUpdated`` to the sessions here of the members who may see
         ``member`` (the workspace's; a private agent's only to it and its owner),
         and the member's own sessions send from now on under the new name.
@@ -530,6 +530,7 @@ class Hub:
                     display_name=member.display_name,
                     type=member.type.value,
                     owner_member_id=member.owner_member_id if member.is_private_agent else None,
+                    avatar_color=avatar_color,
                 )
             )
         )

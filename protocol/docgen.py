@@ -261,7 +261,8 @@ RESULTS: dict[str, str] = {
         " the previous choice. A session that never asks gets no `presence` event."
     ),
     "updateProfile": (
-        "`{memberId, displayName}`: the name as stored (surrounding spaces trimmed)."
+        "`{memberId, displayName, avatarColor?}`: the profile as stored (spaces around"
+        " the name trimmed; `avatarColor` once one was chosen, kept when not sent)."
         " Without `memberId` the caller's own profile; with it, the caller itself or an"
         " agent it owns. Another member's profile is `forbidden`; a member of another"
         " workspace, or another owner's private agent, `not_found`. A name is 1–80"

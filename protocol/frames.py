@@ -37,6 +37,7 @@ CAPABILITY_ACK = "ack"
 
 NotificationState = Literal["active", "quiet", "mute", "auto-wake", "no-wake"]
 Visibility = Literal["public", "private"]
+AvatarColor = Literal["blue", "green", "orange", "purple", "red", "teal", "pink", "gray"]
 
 
 class _Frame(Struct, tag_field="type", rename="camel", kw_only=True):
@@ -249,12 +250,14 @@ class People(_Frame, tag="people"):
 
 
 class UpdateProfile(_Frame, tag="updateProfile"):
-    """Change a member's display name (docs/design.md#profiles): the caller's own,
-    or with ``memberId`` an agent the caller owns."""
+    """Change a member's display name and avatar colour (docs/design.md#profiles):
+    the caller's own, or with ``memberId`` an agent the caller owns. Without
+    ``avatarColor`` the colour stays as it is."""
 
     id: RequestId
     display_name: Annotated[str, Meta(min_length=1, max_length=80, extra=NAME)]
     member_id: Identifier | None = None
+    avatar_color: AvatarColor | None = None
 
 
 ClientFrame = (
@@ -401,6 +404,8 @@ class PersonEntry(Struct, rename="camel", kw_only=True, omit_defaults=True):
     type: str
     # Set for private agents only (shown to their owner alone).
     owner_member_id: str | None = None
+    # Set once the member chose one (additive; docs/design.md#profiles).
+    avatar_color: str | None = None
 
 
 class Welcome(_Frame, tag="welcome"):

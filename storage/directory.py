@@ -60,9 +60,11 @@ ORDER BY is_admin DESC, created_at, id LIMIT 1
 """
 SELECT_ADMIN = "SELECT is_admin FROM members WHERE id = %s AND status = 'active'"
 SELECT_ACTIVE = "SELECT 1 FROM members WHERE id = %s AND status = 'active'"
-SET_DISPLAY_NAME = f"""
-UPDATE members SET display_name = %s WHERE id = %s AND status = 'active'
-RETURNING {MEMBER_COLUMNS}
+# ``avatar_color`` NULL in the request keeps the stored one.
+SET_PROFILE = f"""
+UPDATE members SET display_name = %s, avatar_color = COALESCE(%s, avatar_color)
+WHERE id = %s AND status = 'active'
+RETURNING {MEMBER_COLUMNS}, avatar_color
 """
 DEACTIVATE_MEMBER = "UPDATE members SET status = 'deactivated' WHERE id = %s RETURNING id"
 INSERT_TOKEN = "INSERT INTO credentials (member_id, token_hash) VALUES (%s, %s)"
@@ -221,15 +223,18 @@ async def revoke_member_tokens(conn: TrioConnection, member_id: str) -> int:
         return len(await cur.fetchall())
 
 
-async def set_display_name(conn: TrioConnection, member_id: str, name: str) -> Member | None:
-    """Rename an active member; the member as now stored, or None when there is none.
+async def set_profile(
+    conn: TrioConnection, member_id: str, name: str, avatar_color: str | None = None
+) -> tuple[Member, str | None] | None:
+    """Rename an active member (and set its avatar colour, unless None); the
+    member and its colour as now stored, or None when there is no such member.
 
     Messages store no author name: history, listings and search read this row.
     """
     with map_errors():
-        cur = await conn.execute(SET_DISPLAY_NAME, (name, member_id))
+        cur = await conn.execute(SET_PROFILE, (name, avatar_color, member_id))
         row = await cur.fetchone()
-    return member_from_row(row) if row else None
+    return (member_from_row(row), row[7]) if row else None
 
 
 async def deactivate_member(conn: TrioConnection, member_id: str) -> int | None:

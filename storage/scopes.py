@@ -528,7 +528,8 @@ ORDER BY p.slug
 # Members of the workspace a viewer may name: humans, public agents and service
 # members; a private agent only to its owner (and to itself).
 SELECT_PEOPLE = """
-SELECT mem.id, mem.handle, mem.display_name, mem.type, mem.owner_member_id, mem.is_private
+SELECT mem.id, mem.handle, mem.display_name, mem.type, mem.owner_member_id, mem.is_private,
+       mem.avatar_color
 FROM members mem
 WHERE mem.workspace_id = %(workspace_id)s AND mem.status = 'active'
   AND (NOT mem.is_private OR mem.owner_member_id = %(member_id)s OR mem.id = %(member_id)s)
@@ -555,6 +556,7 @@ class PersonListing:
     type: str
     owner_member_id: str | None
     private: bool
+    avatar_color: str | None = None
 
 
 async def channels_for(conn: TrioConnection, viewer: Member) -> list[BrowsedChannel]:

@@ -46,14 +46,19 @@ async def test_rename_is_pushed_to_co_members_and_refused_elsewhere(
             ):
                 before = await a.send(f"dm:{bob.id}", "before the rename")
 
-                renamed = await a.update_profile("  Ann Example ")
-                assert renamed == {"memberId": ann.id, "displayName": "Ann Example"}
+                renamed = await a.update_profile("  Ann Example ", avatar_color="teal")
+                assert renamed == {
+                    "memberId": ann.id,
+                    "displayName": "Ann Example",
+                    "avatarColor": "teal",
+                }
                 event = (await b.events_until(is_update, STEP))[-1]
                 assert event["member"] == {
                     "id": ann.id,
                     "handle": "ann",
                     "displayName": "Ann Example",
                     "type": "human",
+                    "avatarColor": "teal",
                 }
 
                 # Her next message carries the new name live; history renames the old one.
@@ -62,14 +67,23 @@ async def test_rename_is_pushed_to_co_members_and_refused_elsewhere(
                 assert live[-1]["message"]["author"]["displayName"] == "Ann Example"
                 page = await b.history(f"scope:{before['targetKey']}")
                 assert {m["author"]["displayName"] for m in page["messages"]} == {"Ann Example"}
-                people = (await b.request("people"))["people"]
-                assert {p["id"]: p["displayName"] for p in people}[ann.id] == "Ann Example"
+                people = {p["id"]: p for p in (await b.request("people"))["people"]}
+                assert people[ann.id]["displayName"] == "Ann Example"
+                assert people[ann.id]["avatarColor"] == "teal"
+                assert "avatarColor" not in people[bob.id]
+                # The colour stays when only the name changes.
+                again = await a.update_profile("Ann Example")
+                assert again["avatarColor"] == "teal"
+                await b.events_until(is_update, STEP)
 
                 for bad in ("\u202eevil", "a\u200bb", "   ", "x" * 81, ""):
                     answer = await refused(a, displayName=bad)
                     assert answer["code"] == "validation_failed", (bad, answer)
                     assert answer["details"]["path"] == "$.displayName", answer
 
+                answer = await refused(a, displayName="Ann", avatarColor="chartreuse")
+                assert answer["code"] == "validation_failed", answer
+                assert answer["details"]["path"] == "$.avatarColor", answer
                 answer = await refused(a, displayName="Bobby", memberId=bob.id)
                 assert answer["code"] == "forbidden", answer
                 for hidden in (eve.id, agent.id):

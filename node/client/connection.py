@@ -320,14 +320,20 @@ class Client:
         return {entry["memberId"]: entry["state"] for entry in result["members"]}
 
     async def update_profile(
-        self, display_name: str, member_id: str | None = None
+        self,
+        display_name: str,
+        member_id: str | None = None,
+        avatar_color: str | None = None,
     ) -> dict[str, Any]:
         """The ``updateProfile`` op: rename the caller, or with ``member_id`` an agent
-        it owns. Returns ``{memberId, displayName}``; members who see it get
+        it owns, and set its avatar colour (one of the palette; None keeps it).
+        Returns ``{memberId, displayName, avatarColor?}``; members who see it get
         ``memberUpdated``."""
         fields: dict[str, Any] = {"displayName": display_name}
         if member_id is not None:
             fields["memberId"] = member_id
+        if avatar_color is not None:
+            fields["avatarColor"] = avatar_color
         return await self.request("updateProfile", **fields)
 
     async def send_raw(self, text: str | bytes) -> None:

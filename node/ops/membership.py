@@ -170,6 +170,7 @@ async def list_people(ctx: Context) -> dict[str, Any]:
             display_name=p.display_name,
             type=p.type,
             owner_member_id=p.owner_member_id if p.private else None,
+            avatar_color=p.avatar_color,
         )
         for p in listing
     ]

@@ -25,11 +25,15 @@ async def update_profile(ctx: Context, request: UpdateProfile) -> dict[str, Any]
     if target_id != caller.id:
         await _check_owner(ctx, caller, target_id)
     async with ctx.services.pool.connection() as conn:
-        updated = await directory.set_display_name(conn, target_id, name)
-    if updated is None:
+        stored = await directory.set_profile(conn, target_id, name, request.avatar_color)
+    if stored is None:
         raise OperationError(ErrorCode.NOT_FOUND, "no such member", path="$.memberId")
-    ctx.services.hub.publish_profile(updated)
-    return {"memberId": updated.id, "displayName": updated.display_name}
+    updated, color = stored
+    ctx.services.hub.publish_profile(updated, color)
+    result: dict[str, Any] = {"memberId": updated.id, "displayName": updated.display_name}
+    if color is not None:
+        result["avatarColor"] = color
+    return result
 
 
 async def _check_owner(ctx: Context, caller: Member, target_id: str) -> None:
