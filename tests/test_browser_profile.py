@@ -1,7 +1,8 @@
 """A profile rename and Markdown blocks, in a real browser.
 
 The same harness as tests/test_browser.py, one node and one browser for the
-module. Ann renames herself from the Profile dialog; Bob, with their channel
+module. Ann renames herself and picks an avatar colour from the Profile
+dialog; Bob, with their channel
 open and its members panel showing, sees her new name on her messages, in
 the panel and in his DM list, without a reload. Before that, lists, headings
 and fenced code that starts mid-line render as such, no content runs, and
@@ -32,6 +33,22 @@ PNG = bytes.fromhex(
     "1f15c4890000000d49444154789c63f8cfc0f01f0005000201a2d1a0b60000000049454e44ae426082"
 )
 HOSTILE = '- <img src=x onerror="window.__pwned=1">\n# <script>window.__pwned=2</script>'
+
+
+SLOW_LINES = r"""async () => {
+  const { renderMarkdown } = await import("/markdown.js");
+  const n = 50000;
+  const texts = [
+    "# a" + " ".repeat(n) + "b",
+    "x " + "`".repeat(n) + "y`",
+    "- a" + " ".repeat(n) + "\u2028",
+    "`".repeat(n) + "a\u2028",
+    "a ~~~\n".repeat(5000),
+  ];
+  const start = performance.now();
+  for (const text of texts) renderMarkdown(text, null);
+  return performance.now() - start;
+}"""
 
 
 async def test_rename_shows_live_and_markdown_blocks_render(
@@ -76,12 +93,16 @@ def rename_live(browser: Browser, node: RunningNode, ann: Person, bob: Person) -
     dialog.get_by_role("button", name="Save").click()
     expect(dialog.get_by_role("alert")).to_contain_text("not accepted")
     name.fill(NEW_NAME)
+    dialog.get_by_role("combobox", name="Avatar colour").select_option("teal")
     dialog.get_by_role("button", name="Save").click()
     expect(dialog).to_be_hidden()
     expect(author.get_by_text(f"{NEW_NAME} (@ann)")).to_be_visible()
 
     # Bob never reloads.
     expect(hello).to_have_accessible_name(re.compile(f"^{NEW_NAME} @ann"))
+    avatar = hello.locator(".avatar")  # decoration, hidden from assistive technology
+    expect(avatar).to_have_class(re.compile(r"\bavatar-teal\b"))
+    expect(avatar).to_have_text("AE")
     expect(panel.get_by_role("listitem").filter(has_text="@ann")).to_contain_text(NEW_NAME)
     expect(conversation(reader, NEW_NAME)).to_be_visible()
     ann_context.close()
@@ -119,6 +140,11 @@ def markdown_blocks(page: Page) -> None:
     expect(fenced.locator("pre code")).to_have_text("print('hi')")
     expect(fenced.locator("pre")).to_have_attribute("data-lang", "python")
     expect(fenced.locator("p").last).to_have_text("and after")
+
+    # A message is rendered on every reader's page: no pattern may backtrack
+    # over a long run of one character (each of these took seconds that way).
+    took = page.evaluate(SLOW_LINES)
+    assert took < 1500, f"rendering long runs took {took:.0f} ms"
 
     hostile = messages(page).filter(has_text="onerror")
     expect(hostile.locator("li")).to_contain_text('<img src=x onerror="window.__pwned=1">')

@@ -2,6 +2,24 @@
 // names, and the client-side ids (clientMessageId, upload keys).
 
 import { state } from "./store.js";
+import { el } from "./dom.js";
+
+// The avatar colours a member may choose (updateProfile.avatarColor); a member
+// who chose none gets one picked from its id, the same on every page.
+export const AVATAR_COLORS = ["blue", "green", "orange", "purple", "red", "teal", "pink", "gray"];
+
+export function avatarNode(memberId, name) {
+  let color = state.people.get(memberId)?.avatarColor;
+  if (!AVATAR_COLORS.includes(color)) {
+    let hash = 0;
+    for (const ch of String(memberId || "")) hash = (hash * 31 + ch.codePointAt(0)) >>> 0;
+    color = AVATAR_COLORS[hash % AVATAR_COLORS.length];
+  }
+  const words = String(name || "?").trim().split(/\s+/).filter(Boolean);
+  const initials = words.slice(0, 2).map((word) => Array.from(word)[0]).join("").toUpperCase() || "?";
+  // Decoration: the name next to it is what assistive technology reads.
+  return el("span", { class: `avatar avatar-${color}`, "aria-hidden": "true" }, initials);
+}
 
 export function randomId() {
   if (crypto.randomUUID && window.isSecureContext) return "web-" + crypto.randomUUID();

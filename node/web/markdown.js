@@ -24,13 +24,14 @@ export function renderMarkdown(content, message) {
 function blocks(lines, message, depth) {
   const out = [];
   let para = [];
+  let reach = null; // fenceReach(lines), computed when a fence first needs it
   const flush = () => {
     if (para.length) out.push(el("p", {}, inline(para.join("\n"), message, 0)));
     para = [];
   };
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
-    const fence = openingFence(lines, i);
+    const fence = openingFence(lines, i, () => (reach ??= fenceReach(lines)));
     if (fence) {
       if (fence.before) para.push(fence.before);
       flush();
@@ -58,12 +59,11 @@ function blocks(lines, message, depth) {
       out.push(el("blockquote", {}, inner));
       continue;
     }
-    const heading = HEADING.exec(line);
-    if (heading && heading[2].trim()) {
+    const heading = headingOf(line);
+    if (heading) {
       flush();
       // Styled text, not h1–h3: a message must not add to the page's outline.
-      const level = heading[1].length;
-      out.push(el("p", { class: `md-heading md-h${level}` }, el("strong", {}, inline(heading[2], message, 0))));
+      out.push(el("p", { class: `md-heading md-h${heading.level}` }, el("strong", {}, inline(heading.text, message, 0))));
       continue;
     }
     const item = listItem(line);
@@ -82,8 +82,23 @@ function blocks(lines, message, depth) {
   return out;
 }
 
-const HEADING = /^ {0,3}(#{1,3})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$/;
-const LIST_ITEM = /^( *)(?:([-*+])|(\d{1,9})[.)])[ \t]+(.*)$/;
+// Every pattern here is linear in the line's length: a message is rendered on
+// every reader's page, so none may backtrack over a long run of one character.
+const HEADING = /^ {0,3}(#{1,3})[ \t]+(.*)$/s;
+
+function headingOf(line) {
+  const match = HEADING.exec(line);
+  if (!match) return null;
+  let text = match[2].trimEnd();
+  let end = text.length;
+  while (end > 0 && text[end - 1] === "#") end--;
+  // A closing run of #s (after a space) is not part of the heading.
+  if (end < text.length && (end === 0 || text[end - 1] === " " || text[end - 1] === "\t")) {
+    text = text.slice(0, end).trimEnd();
+  }
+  return text.trim() ? { level: match[1].length, text } : null;
+}
+const LIST_ITEM = /^( *)(?:([-*+])|(\d{1,9})[.)])[ \t]+(.*)$/s;
 
 function listItem(line) {
   const match = LIST_ITEM.exec(line);
@@ -108,7 +123,7 @@ function list(lines, i, message, out) {
     if (!item) {
       const line = lines[i];
       // A lazy continuation line belongs to the item above it.
-      if (line.trim() && current && /^\s/.test(line) && !HEADING.test(line)) {
+      if (line.trim() && current && /^\s/.test(line) && !headingOf(line)) {
         (nested?.lastChild || current).append("\n", ...inline(line.trim(), message, 0));
         continue;
       }
@@ -139,27 +154,59 @@ function listNode(item) {
 // A fence opening at lines[i]: at the line's start (CommonMark's), or after
 // text on the same line when a closing fence follows ("look: ```js").
 // An opening with nothing after it at all is text, never an empty block.
-function openingFence(lines, i) {
+// `reach()`: fenceReach of the lines, to tell whether a closing fence follows.
+function openingFence(lines, i, reach) {
   const line = lines[i];
-  const start = /^ {0,3}(`{3,}|~{3,})(.*)$/.exec(line);
+  const start = /^ {0,3}(`{3,}|~{3,})(.*)$/s.exec(line);
   let before = "";
   let run;
   let rest;
   if (start && !(start[1][0] === "`" && start[2].includes("`"))) {
     [, run, rest] = start;
   } else {
-    const mid = /^(.*?\S)[ \t]*(`{3,}|~{3,})([^`~]*)$/.exec(line);
+    const mid = midFence(line);
     if (!mid) return null;
-    [, before, run, rest] = mid;
+    ({ before, run, rest } = mid);
   }
   const closing = new RegExp(`^ {0,3}\\${run[0]}{${run.length},}\\s*$`);
-  const closed = lines.slice(i + 1).some((next) => closing.test(next));
-  const word = /^\s*([\w+#.-]*)\s*$/.exec(rest);
+  const closed = reach()[run[0]][i + 1] >= run.length;
   if (!closed && (before || (i + 1 >= lines.length && !rest.trim()))) return null;
+  const info = rest.trim();
+  const word = /^[\w+#.-]*$/.test(info);
   // After text, what follows the fence is a language only when it is one word.
-  const lang = word ? word[1] : before ? "" : rest.trim().split(/\s/)[0];
+  const lang = word ? info : before ? "" : info.split(/\s/)[0];
   const first = word || !before ? null : rest;
   return { before, lang, first, closing };
+}
+
+// The last run of three or more backticks (or tildes) on a line after some
+// text, when nothing after it is a backtick or tilde.
+function midFence(line) {
+  for (const char of ["`", "~"]) {
+    const at = line.lastIndexOf(char.repeat(3));
+    if (at < 0) continue;
+    let from = at;
+    while (from > 0 && line[from - 1] === char) from--;
+    const to = at + 3;
+    const rest = line.slice(to);
+    if (rest.includes("`") || rest.includes("~")) continue;
+    const before = line.slice(0, from).trimEnd();
+    if (before.trim()) return { before, run: line.slice(from, to), rest };
+  }
+  return null;
+}
+
+// For each fence character, the longest bare fence line at or after each
+// index: one pass, so a message of many fences costs no more than its length.
+function fenceReach(lines) {
+  const reach = { "`": new Array(lines.length + 1).fill(0), "~": new Array(lines.length + 1).fill(0) };
+  for (let k = lines.length - 1; k >= 0; k--) {
+    reach["`"][k] = reach["`"][k + 1];
+    reach["~"][k] = reach["~"][k + 1];
+    const bare = /^ {0,3}(`{3,}|~{3,})\s*$/.exec(lines[k]);
+    if (bare) reach[bare[1][0]][k] = Math.max(reach[bare[1][0]][k], bare[1].length);
+  }
+  return reach;
 }
 
 function safeUrl(raw) {
@@ -199,9 +246,8 @@ function inline(text, message, depth) {
     if (ch === "`") {
       const run = /^`+/.exec(rest)[0];
       const after = text.slice(i + run.length);
-      const close = new RegExp(`(^|[^\`])${run}(?!\`)`).exec(after);
-      if (close) {
-        const end = close.index + close[1].length;
+      const end = closingRun(after, run.length);
+      if (end >= 0) {
         flush();
         out.push(el("code", {}, document.createTextNode(after.slice(0, end))));
         i += run.length + end + run.length;
@@ -275,6 +321,20 @@ function inline(text, message, depth) {
   }
   flush();
   return out;
+}
+
+// Where the next run of exactly `length` backticks starts in `text`, or -1.
+// Scanned, not a RegExp: a run of thousands of backticks makes a pattern too
+// large to compile.
+function closingRun(text, length) {
+  let at = text.indexOf("`");
+  while (at >= 0) {
+    let end = at;
+    while (end < text.length && text[end] === "`") end++;
+    if (end - at === length) return at;
+    at = text.indexOf("`", end);
+  }
+  return -1;
 }
 
 export function mentionsMe(message) {

@@ -2,7 +2,7 @@
 
 import { state } from "../store.js";
 import { $, el, show, setText } from "../dom.js";
-import { describeError, personName, scopeLabel } from "../format.js";
+import { avatarNode, describeError, personName, scopeLabel } from "../format.js";
 import { request } from "../connection.js";
 import { refreshScopes } from "./sidebar.js";
 import { openPanel } from "./thread.js";
@@ -50,6 +50,7 @@ export async function openMembers({ refresh = false } = {}) {
           "li",
           {},
           presenceDot(member),
+          avatarNode(member.id, personName(member)),
           el("span", { class: "author" }, personName(member)),
           " ",
           el("span", { class: "handle" }, "@" + member.handle),

@@ -3,7 +3,7 @@
 
 import { state } from "../store.js";
 import { el } from "../dom.js";
-import { describeError, formatTime, personName } from "../format.js";
+import { avatarNode, describeError, formatTime, personName } from "../format.js";
 import { renderMarkdown, mentionsMe } from "../markdown.js";
 import { request, supports } from "../connection.js";
 import { rerender, copiesOf, noteError } from "./conversation.js";
@@ -110,6 +110,7 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
     el(
       "div",
       { class: "msg-head" + (grouped ? " sr-only" : ""), id: headId },
+      avatarNode(author.memberId, authorName),
       el("span", { class: "author" }, authorName),
       author.handle ? el("span", { class: "handle" }, "@" + author.handle) : null,
       author.type && author.type !== "human" ? el("span", { class: "tag" }, author.type) : null,

@@ -1,4 +1,4 @@
-// The member's profile: a dialog to change one's display name, and the
+// The member's profile: a dialog to change one's display name and avatar colour, and the
 // `memberUpdated` event, which renames a member everywhere this page shows it
 // (message headers, the members panel, the DM list, the people directory).
 
@@ -14,6 +14,7 @@ import { openMembers } from "./members.js";
 export function wireProfile() {
   $("profile-button").addEventListener("click", () => {
     $("profile-name").value = state.me?.displayName || "";
+    $("profile-color").value = state.people.get(state.me?.id)?.avatarColor || "";
     setText($("profile-error"), "");
     openDialog("profile-dialog");
     $("profile-name").select();
@@ -28,9 +29,11 @@ async function saveProfile(event) {
     setText($("profile-error"), "A display name cannot be empty.");
     return;
   }
+  const fields = { displayName };
+  if ($("profile-color").value) fields.avatarColor = $("profile-color").value;
   try {
-    const result = await request("updateProfile", { displayName });
-    renamed({ ...state.me, displayName: result.displayName });
+    const result = await request("updateProfile", fields);
+    renamed({ ...state.me, displayName: result.displayName, avatarColor: result.avatarColor });
     $("profile-dialog").close();
   } catch (err) {
     setText($("profile-error"), describeError(err));
@@ -43,13 +46,13 @@ export function onMemberUpdated(frame) {
 }
 
 function renamed(member) {
-  const { id, displayName } = member;
+  const { id, displayName, avatarColor } = member;
   if (state.me?.id === id) {
     state.me = { ...state.me, displayName };
     showMe();
   }
   const known = state.people.get(id);
-  state.people.set(id, known ? { ...known, displayName } : member);
+  state.people.set(id, known ? { ...known, displayName, avatarColor } : member);
   for (const [scopeId, peer] of state.dmPeers) {
     if (peer.id === id) state.dmPeers.set(scopeId, { ...peer, displayName });
   }
