@@ -543,7 +543,7 @@ async def issue_link(
         found = await directory.authenticate_credential(conn, token)
         if found is None:
             raise HttpError(401, "unauthorized", "unknown or revoked token")
-        member, credential_id = found
+        member, credential_id, _ = found
         readable = _is_attachment_id(attachment_id) and (
             await attachments.readable_attachment(conn, attachment_id, member)
         )
