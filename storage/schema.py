@@ -35,7 +35,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (13, "symbols", "schema_v13_symbols.sql"),
     (14, "growing_lookups", "schema_v14_growing_lookups.sql"),
     (15, "invites", "schema_v15_invites.sql"),
-    (17, "avatar_color", "schema_v17_avatar_color.sql"),
+    (16, "avatar_color", "schema_v16_avatar_color.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators
 _BOOKKEEPING = "schema_migrations"

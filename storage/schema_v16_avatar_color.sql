@@ -1,4 +1,4 @@
--- Migration 17: a member's avatar colour (docs/design.md#profiles).
+-- Migration 16: a member's avatar colour (docs/design.md#profiles).
 --
 -- One of a fixed palette, so a client draws it from its own stylesheet and no
 -- member-chosen value ever reaches a style; NULL lets the client pick one from
