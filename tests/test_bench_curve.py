@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+from types import SimpleNamespace
 from typing import Any
+
+import trio
+import trio.testing
 
 from bench.curve import _combine
 
@@ -51,16 +56,42 @@ def test_one_round_is_the_point_itself() -> None:
     assert _combine([only]) == only
 
 
-def test_the_send_relay_takes_only_scopes_without_a_statement_in_flight() -> None:
-    """A lane of the bare relay takes every queued request of a free scope and
-    leaves those of a scope with a statement in flight for later."""
+class ChainRecorder:
+    """The committer's ``apply``, recording each chain's expected seqs."""
+
+    def __init__(self) -> None:
+        self.chains: list[list[int]] = []
+
+    async def apply(self, plans: list[Any]) -> list[Any]:
+        self.chains.append([plan.expected_seq for plan in plans])
+        return [SimpleNamespace(seq=plan.seq) for plan in plans]
+
+
+async def test_the_send_relay_hands_a_scopes_queued_requests_over_as_one_chain() -> None:
+    """Per scope, the requests queued while its last chain committed go as the
+    next chain, with consecutive seqs, as a scope actor hands them over; each
+    sender gets its reply after the commit."""
+    from actors.model import Member, MemberType
     from bench.relayfloor import SendRelay
 
-    relay = SendRelay([], [{"latest_seq": 0}] * 3)
-    relay.queue = [(0, 10), (1, 11), (0, 12)]
-    assert relay._take() == [(0, 10), (1, 11), (0, 12)]
-    relay.queue = [(0, 13), (2, 14)]
-    assert relay._take() == [(2, 14)]
-    assert relay.queue == [(0, 13)]
-    relay.busy.discard(0)
-    assert relay._take() == [(0, 13)]
+    author = Member("mem_a", "ws_a", MemberType.AGENT, "a", "a")
+    scope = {"scope_id": "scp_a", "workspace_id": "ws_a", "content": "x", "message_type": "text"}
+    scopes = [{**scope, "author": author, "generation": 0, "latest_seq": n} for n in (5, 0)]
+    committer = ChainRecorder()
+    relay = SendRelay(committer, scopes)  # type: ignore[arg-type]
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        relay.waiting[0] = [ours.fileno()] * 3
+        relay.waiting[1] = [ours.fileno()]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(relay.scope_loop, 0)
+            nursery.start_soon(relay.scope_loop, 1)
+            await trio.testing.wait_all_tasks_blocked()
+            relay.waiting[0].append(ours.fileno())
+            relay.lots[0].unpark()
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+        replies = theirs.recv(4096)
+    assert sorted(committer.chains) == [[0], [5, 6, 7], [8]]
+    assert relay.latest == [9, 1]
+    assert replies.count(b'"type":"reply"') == 5
