@@ -76,6 +76,14 @@ def can_post(ctx: VisibilityContext, author: Member) -> Decision:
     return Decision(False, "not_member")
 
 
+def can_author_in(scope: ScopeInfo, author: Member) -> Decision:
+    """A service account's conversation is written by its service alone: its
+    audience reads it (a manager posts there as the service, never as itself)."""
+    if scope.type is ScopeType.SERVICE_ACCOUNT and author.type is not MemberType.SERVICE:
+        return Decision(False, "service_conversation")
+    return Decision(True, "any_member")
+
+
 def can_read_scope(ctx: VisibilityContext, viewer: Member) -> Decision:
     """Whether the viewer may open the scope's history at all (rows are filtered further)."""
     through_parent = _through_parent(ctx, viewer)
@@ -125,9 +133,12 @@ def can_join(scope: ScopeInfo, member: Member) -> Decision:
 
 
 def can_leave(scope: ScopeInfo) -> Decision:
-    """``leave``: anywhere but a DM, whose two members are fixed."""
+    """``leave``: anywhere but a DM, whose two members are fixed, and a service
+    account's conversation, whose audience is every human (who may mute it)."""
     if scope.type is ScopeType.DM:
         return Decision(False, "dm_fixed_membership")
+    if scope.type is ScopeType.SERVICE_ACCOUNT:
+        return Decision(False, "service_audience_fixed")
     return Decision(True, "member_leaves")
 
 

@@ -31,7 +31,7 @@ from actors.model import (
     ScopeType,
 )
 from actors.planner import MessageIntent, MessagePlan, ScopeContext, plan_message
-from actors.policy import ThreadFacts, can_post, thread_admission
+from actors.policy import ThreadFacts, can_author_in, can_post, thread_admission
 from actors.ports import CommittedSend, ThreadActivity
 from actors.send_rules import CHUNK_SUFFIX, recipient_authority_error
 from actors.sources import source_specs
@@ -304,6 +304,12 @@ class ScopeState:
                 # have joined since through another node or the admin CLI.
                 return NeedsReload()
             return Immediate(OperationError(ErrorCode.FORBIDDEN, "not a member of this scope"))
+        if not can_author_in(self.scope, author):
+            return Immediate(
+                OperationError(
+                    ErrorCode.FORBIDDEN, "only the service posts in its conversation (servicePost)"
+                )
+            )
         if cmd.recipient_members:
             refused = recipient_authority_error(self.visibility, author, cmd.recipient_members, now)
             if refused is not None:

@@ -28,7 +28,7 @@ from node import logs
 from node.database import database_url_from_env, open_database, verify
 from protocol.invites import HANDLE_PATTERN
 from protocol.text import TextKind, text_problem
-from storage import directory, invites, scopes, search_index
+from storage import directory, invites, scopes, search_index, services
 from storage.errors import (
     DatabaseUnavailable,
     EmbeddedPostgresError,
@@ -155,7 +155,10 @@ async def _create_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             # A concurrent create-member took the handle after the check.
             raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}") from None
         channels = {c.scope_id: c.slug for c in await scopes.admin_channels(conn, workspace_id)}
-    return {"memberId": member.id, "channels": [f"#{channels[s]}" for s in joined]}
+    return {
+        "memberId": member.id,
+        "channels": [f"#{channels[s]}" for s in joined if s in channels],
+    }
 
 
 async def _human_owner(conn: TrioConnection, member_id: str, workspace_id: str) -> Member:
@@ -313,7 +316,7 @@ async def _create_channel(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
 
 async def _deactivate_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     async with await connect(dsn, autocommit=True) as conn:
-        revoked = await directory.deactivate_member(conn, args.member)
+        revoked = await services.deactivate_member(conn, args.member)
     if revoked is None:
         raise CliError(f"--member: no member {args.member}")
     return {"memberId": args.member, "deactivated": True, "tokensRevoked": revoked}
@@ -376,6 +379,85 @@ async def _revoke_invite(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     return {"inviteId": args.invite, "revoked": True}
 
 
+async def _create_service(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    handle = args.handle.lower()
+    if not re.fullmatch(HANDLE_PATTERN, handle):
+        raise CliError(f"--handle: must match {HANDLE_PATTERN}")
+    name = args.display_name
+    if name is not None and ((problem := text_problem(name, TextKind.NAME)) or not name.strip()):
+        raise CliError(f"--display-name: {problem or 'must not be empty'}")
+    async with await connect(dsn, autocommit=True) as conn:
+        workspace_id = await _workspace(conn, args.workspace)
+        managers = [await _manager(conn, m, workspace_id) for m in dict.fromkeys(args.manager)]
+        if await directory.get_member_by_handle(conn, workspace_id, handle) is not None:
+            raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}")
+        try:
+            created = await services.create_service(
+                conn,
+                workspace_id=workspace_id,
+                handle=handle,
+                display_name=name,
+                managers=managers,
+            )
+        except UniqueViolation:
+            raise CliError(f"--handle: {handle} is taken in workspace {workspace_id}") from None
+    return {"memberId": created.member.id, "scopeId": created.scope_id, "handle": handle}
+
+
+async def _manager(conn: TrioConnection, member_id: str, workspace_id: str) -> Member:
+    """``--manager``/``--member``: an active human of the service's workspace."""
+    member = await directory.get_member(conn, member_id)
+    if member is None or member.workspace_id != workspace_id:
+        raise CliError(f"--manager: no member {member_id} in workspace {workspace_id}")
+    if member.type is not MemberType.HUMAN or not await directory.is_active(conn, member.id):
+        raise CliError(f"--manager: {member_id} is not an active human member")
+    return member
+
+
+async def _service(conn: TrioConnection, given: str) -> services.Service:
+    """``--service``: a service's handle (in the only workspace that has it) or member id."""
+    member = await directory.get_member(conn, given)
+    if member is None:
+        found = [
+            s
+            for w in await directory.list_workspaces(conn)
+            if (s := await services.service_by_handle(conn, w.id, given)) is not None
+        ]
+        if len(found) != 1:
+            raise CliError(
+                f"--service: no service {given}"
+                if not found
+                else f"--service: {given} names services in several workspaces; give its member id"
+            )
+        return found[0]
+    scope_id = await services.service_scope(conn, member)
+    if member.type is not MemberType.SERVICE or scope_id is None:
+        raise CliError(f"--service: {given} is not a service")
+    return services.Service(member, scope_id)
+
+
+async def _service_managers(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        service = await _service(conn, args.service)
+        if args.action == "add":
+            manager = await _manager(conn, args.member, service.member.workspace_id)
+            await services.add_manager(conn, service.member, manager)
+        else:
+            manager = await _member(conn, args.member)
+            if not await services.remove_manager(conn, service.member, manager):
+                raise CliError(f"--member: {args.member} does not manage {service.member.handle}")
+        current = await services.managers(conn, service.member.id)
+    return {"service": service.member.handle, "memberId": service.member.id, "managers": current}
+
+
+async def _issue_service_token(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    async with await connect(dsn, autocommit=True) as conn:
+        service = await _service(conn, args.service)
+        if not await directory.is_active(conn, service.member.id):
+            raise CliError(f"--service: {args.service} is deactivated")
+        return {"token": await directory.issue_token(conn, service.member.id)}
+
+
 async def _db_verify(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     drift = await trio.to_thread.run_sync(verify, dsn)
     if drift:
@@ -420,4 +502,7 @@ _ADMIN: dict[str, Handler] = {
     "demote": _demote,
     "create-invite": _create_invite,
     "revoke-invite": _revoke_invite,
+    "create-service": _create_service,
+    "service-managers": _service_managers,
+    "issue-service-token": _issue_service_token,
 }

@@ -159,6 +159,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_join(invite, "channels its members join besides the workspace's default ones")
     revoke_invite = admin_commands.add_parser("revoke-invite")
     revoke_invite.add_argument("--invite", required=True)
+    service = admin_commands.add_parser(
+        "create-service", help="a service account whose conversation every human reads"
+    )
+    service.add_argument("--workspace", required=True)
+    service.add_argument("--handle", required=True)
+    service.add_argument("--display-name")
+    service.add_argument(
+        "--manager", action="append", default=[], help="a human who may post as it (repeatable)"
+    )
+    service_managers = admin_commands.add_parser(
+        "service-managers", help="add or remove a human who may post as a service"
+    )
+    service_managers.add_argument("action", choices=("add", "remove"))
+    service_managers.add_argument("--service", required=True, help="its handle or member id")
+    service_managers.add_argument("--member", required=True)
+    service_token = admin_commands.add_parser(
+        "issue-service-token", help="a token for the service's webhook and sessions"
+    )
+    service_token.add_argument("--service", required=True, help="its handle or member id")
     for sub in (
         workspace,
         member,
@@ -173,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
         demote,
         invite,
         revoke_invite,
+        service,
+        service_managers,
+        service_token,
     ):
         _common(sub)
 

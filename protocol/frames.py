@@ -16,6 +16,7 @@ from msgspec import Meta, Struct
 
 from protocol.admin import AdminRequest
 from protocol.presence import PresenceList, SetPresence, Typing
+from protocol.services import ServicePost
 
 RequestId = int | str
 # A bigint column holds every seq and count: a larger one is refused at the door.
@@ -289,6 +290,7 @@ ClientFrame = (
     | SetPresence
     | PresenceList
     | UpdateProfile
+    | ServicePost
 )
 Request = (
     Send
@@ -316,6 +318,7 @@ Request = (
     | SetPresence
     | PresenceList
     | UpdateProfile
+    | ServicePost
 )
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__

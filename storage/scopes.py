@@ -45,6 +45,9 @@ SELECT_THREAD = """
 SELECT id FROM scopes
 WHERE parent_scope_id = %s AND root_message_id = %s AND type = 'thread'
 """
+SELECT_SERVICE_SCOPES = """
+SELECT id FROM scopes WHERE workspace_id = %s AND type = 'service_account' ORDER BY id
+"""
 SELECT_GENERATION = "SELECT roster_generation FROM scopes WHERE id = %s"
 INSERT_SCOPE = """
 INSERT INTO scopes (id, workspace_id, type, identity_key, created_by_member_id,
@@ -137,14 +140,16 @@ UPDATE scopes SET roster_generation = roster_generation + 1 WHERE id = %s
 RETURNING roster_generation
 """
 SELECT_MEMBER_SCOPES = """
-SELECT s.id, s.type, p.slug, p.display_name, s.latest_seq, m.last_read_seq,
-       coalesce(n.state, 'active'),
+SELECT s.id, s.type, p.slug, coalesce(p.display_name, svc.display_name), s.latest_seq,
+       m.last_read_seq, coalesce(n.state, 'active'),
        (SELECT count(*) FROM scope_messages x
         WHERE x.scope_id = s.id AND x.seq > m.last_read_seq
-          AND x.author_member_id <> m.member_id) AS unread
+          AND x.author_member_id <> m.member_id) AS unread,
+       svc.id, svc.handle
 FROM scope_memberships m
 JOIN scopes s ON s.id = m.scope_id
 LEFT JOIN scope_channel_profiles p ON p.scope_id = s.id
+LEFT JOIN members svc ON s.type = 'service_account' AND svc.id = s.created_by_member_id
 LEFT JOIN scope_notification_settings n ON n.scope_id = s.id AND n.member_id = m.member_id
 WHERE m.member_id = %s AND m.effective_to_seq IS NULL AND s.type <> 'workflow'
 ORDER BY s.latest_message_at DESC NULLS LAST, s.id
@@ -179,6 +184,9 @@ class ScopeSummary:
     last_read_seq: int
     notification: str
     unread: int
+    # A service account's conversation: the service member (its creator).
+    service_member_id: str | None = None
+    service_handle: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +330,7 @@ async def join_on_creation(
 
     Humans and public agents get the defaults; a private agent enters channels
     only through its owner, and a service member only where it is put. A
+    human also joins every service account's scope of its workspace. A
     workspace without a default gets ``#general`` (a default, founded by this
     member) so that every team has somewhere to start.
     """
@@ -337,6 +346,11 @@ async def join_on_creation(
                 # read (read committed: this read sees it): join it if default.
                 defaults = await _default_channels(conn, member.workspace_id)
         extra = [*defaults, *extra]
+    if member.type is MemberType.HUMAN:
+        # Every human is in the audience of every service of its workspace.
+        with map_errors():
+            cur = await conn.execute(SELECT_SERVICE_SCOPES, (member.workspace_id,))
+            extra = [*extra, *(str(row[0]) for row in await cur.fetchall())]
     for scope_id in dict.fromkeys(extra):
         if scope_id not in joined:
             await join(

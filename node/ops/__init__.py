@@ -25,6 +25,7 @@ from node.ops import (
     reactions,
     reading,
     search,
+    services,
 )
 from node.ops.context import Context
 from node.ops.delivery import redeliver
@@ -54,6 +55,7 @@ from protocol.frames import (
     UpdateProfile,
 )
 from protocol.presence import PresenceList, SetPresence, Typing
+from protocol.services import ServicePost
 
 __all__ = ["handle", "redeliver", "resume"]
 
@@ -104,6 +106,8 @@ async def handle(ctx: Context, request: Any) -> Any:
             return presence.presence(ctx, request)
         case UpdateProfile():
             return await profiles.update_profile(ctx, request)
+        case ServicePost():
+            return await services.service_post(ctx, request)
     if request.__struct_config__.tag in ADMIN_OPS:
         return await admin.handle(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")

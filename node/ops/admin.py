@@ -34,7 +34,7 @@ from protocol.admin import (
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import to_builtins
 from protocol.invites import handle_problem
-from storage import directory, invites, scopes
+from storage import directory, invites, scopes, services
 from storage.errors import UniqueViolation
 from storage.pg import TrioConnection
 
@@ -141,7 +141,7 @@ async def _deactivate(
     member = await _target(conn, admin, request.member_id)
     if member.id == admin.id:
         raise _invalid("$.memberId", "an admin cannot deactivate itself")
-    revoked = await directory.deactivate_member(conn, member.id)
+    revoked = await services.deactivate_member(conn, member.id)
     return {"memberId": member.id, "tokensRevoked": revoked or 0}
 
 

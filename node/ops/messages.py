@@ -219,8 +219,13 @@ async def check_sources(services: Services, member: Member, sources: Sequence[So
                 )
 
 
-async def check_moderation(services: Services, member: Member, target: str, content: str) -> None:
+async def check_moderation(
+    services: Services, member: Member, target: str, content: str, author: Member | None = None
+) -> None:
     """A human's send that matches the keyword list is refused (docs/design.md#moderation).
+
+    ``author``: the service a manager posts as (the durable author the audit
+    row names); the human is always ``member``.
 
     Nothing of the send is written (no message, outbox row or search document,
     nothing pushed, no DM or thread created for it); the one trace is its
@@ -246,7 +251,7 @@ async def check_moderation(services: Services, member: Member, target: str, cont
             scope_id=scope_id,
             target=target,
             human_member_id=member.id,
-            author_member_id=member.id,
+            author_member_id=(author or member).id,
             content=content,
             matched=matched,
         )

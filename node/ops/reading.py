@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from actors.model import ScopeInfo, ScopeType
+from actors.model import MemberType, ScopeInfo, ScopeType
 from node.ops.context import Context, member_of, push_to_others
 from node.resolver import SCOPE_ID, TARGET
 from node.views import rfc3339, stored_message_view
@@ -23,7 +23,7 @@ from protocol.frames import (
     ThreadSummary,
     to_builtins,
 )
-from storage import access, messages, reactions, read_state, scopes, sources
+from storage import access, messages, reactions, read_state, scopes, services, sources
 from storage.pg import TrioConnection
 from storage.visibility import Viewer
 
@@ -278,6 +278,11 @@ async def list_scopes(ctx: Context) -> dict[str, Any]:
     member = member_of(ctx)
     async with ctx.services.pool.connection() as conn:
         summaries = await scopes.scopes_of_member(conn, member.id)
+        managed = (
+            frozenset(await services.managed_by(conn, member.id))
+            if member.type is MemberType.HUMAN
+            else frozenset()
+        )
         if member.is_private_agent:
             # A private agent's unread counts only what it may read
             # (docs/design.md#private-agents).
@@ -298,9 +303,24 @@ async def list_scopes(ctx: Context) -> dict[str, Any]:
                 "lastReadSeq": s.last_read_seq,
                 "unread": s.unread,
                 "notification": s.notification,
+                **service_fields(s, managed),
             }
             for s in summaries
         ]
+    }
+
+
+def service_fields(summary: scopes.ScopeSummary, managed: frozenset[str]) -> dict[str, Any]:
+    """A service account's conversation names its service, and whether the
+    viewer may post there as it (docs/services.md)."""
+    if summary.service_member_id is None:
+        return {}
+    return {
+        "service": {
+            "memberId": summary.service_member_id,
+            "handle": summary.service_handle,
+            "manager": summary.service_member_id in managed,
+        }
     }
 
 

@@ -1,0 +1,96 @@
+"""``servicePost``: a manager posts as a service account (docs/services.md).
+
+The message goes through the same path as a send (the service's scope actor,
+Policy, Planner, Applier) with the service as its author and idempotency
+subject; the manager is recorded as ``metadata.authorisedBy``. The webhook
+endpoint (node/webhooks.py) posts through :func:`post_as_service` too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import trio
+
+from actors.model import Member, MemberType
+from actors.scope_state import SendCommand
+from actors.send_rules import check_send_fields
+from node.ops.context import Context, member_of
+from node.ops.messages import check_moderation
+from node.services import Services
+from protocol.errors import ErrorCode, OperationError
+from protocol.frames import SendResult
+from protocol.services import ServicePost
+from storage import services as storage_services
+
+
+async def service_post(ctx: Context, request: ServicePost) -> SendResult:
+    member = member_of(ctx)
+    if member.type is not MemberType.HUMAN:
+        # Agents and services never post as a service, whatever the list says.
+        raise OperationError(ErrorCode.FORBIDDEN, "only a human manager posts as a service")
+    async with ctx.services.pool.connection() as conn:
+        service = await storage_services.service_by_handle(
+            conn, member.workspace_id, request.service
+        )
+        if service is None:
+            raise OperationError(ErrorCode.NOT_FOUND, "no such service", path="$.service")
+        if not await storage_services.is_manager(conn, service.member.id, member.id):
+            raise OperationError(ErrorCode.FORBIDDEN, "not a manager of this service")
+    target = request.target or f"scope:{service.scope_id}"
+    # The moderation boundary a human's own send passes, with the service as
+    # the durable author the audit row names.
+    await check_moderation(ctx.services, member, target, request.content, author=service.member)
+    result = await post_as_service(
+        ctx.services,
+        service.member,
+        target=target,
+        content=request.content,
+        client_message_id=request.client_message_id,
+        metadata={"authorisedBy": member.id},
+        explain=request.explain,
+    )
+    if result.explain is not None:
+        explain = {**result.explain, "authorisedBy": member.id, "author": service.member.id}
+        result = msgspec.structs.replace(result, explain=explain)
+    return result
+
+
+async def post_as_service(
+    services: Services,
+    service: Member,
+    *,
+    target: str,
+    content: str,
+    client_message_id: str,
+    metadata: dict[str, Any],
+    explain: bool = False,
+) -> SendResult:
+    """Send ``content`` as ``service`` and wait for the actor's answer (a refusal raises)."""
+    check_send_fields(
+        service, message_type="text", client_message_id=client_message_id, attachment_ids=()
+    )
+    scope_id = services.resolver.cached(service, target)
+    if scope_id is None:
+        scope_id = await services.resolver.resolve(service, target)
+    done = trio.Event()
+    outcome: list[SendResult | OperationError] = []
+
+    def reply(result: SendResult | OperationError) -> None:
+        outcome.append(result)
+        done.set()
+
+    command = SendCommand(
+        author=service,
+        content=content,
+        client_message_id=client_message_id,
+        reply=reply,
+        explain=explain,
+        metadata=metadata,
+    )
+    await services.registry.submit(scope_id, command)
+    await done.wait()
+    if isinstance(outcome[0], OperationError):
+        raise outcome[0]
+    return outcome[0]

@@ -1,0 +1,145 @@
+"""Service accounts over the admin commands and the protocol (docs/services.md):
+the audience is every active human, kept on a human's creation and
+deactivation; managers post as the service; nobody else does. Who may call
+``servicePost`` at all is also the authorization matrix's; one node here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from actors.model import MemberType
+from node import admin_commands
+from node.cli import build_parser
+from node.client import Client
+from tests.nodes import Person, World, running_node
+
+
+async def admin(database_url: str, *argv: str) -> dict[str, Any]:
+    """``scopenode admin ARGV`` in this process (the CLI's contract is test_cli's)."""
+    args = build_parser().parse_args(["admin", *argv, "--database-url", database_url])
+    return await admin_commands.execute(args)
+
+
+async def make_service(
+    world: World, handle: str, *managers: Person, display_name: str | None = None
+) -> dict[str, Any]:
+    argv = ["create-service", "--workspace", world.workspace_id, "--handle", handle]
+    if display_name:
+        argv += ["--display-name", display_name]
+    for manager in managers:
+        argv += ["--manager", manager.id]
+    return await admin(world.node.database_url, *argv)
+
+
+async def refused(client: Client, op: str, **fields: Any) -> str:
+    answer = await client.request_frame({"type": op, "id": f"x-{op}", **fields})
+    assert answer["type"] == "error", answer
+    return str(answer["code"])
+
+
+async def scope_ids(client: Client) -> set[str]:
+    return {s["id"] for s in (await client.request("scopes"))["scopes"]}
+
+
+async def test_service_audience_managers_and_posts(database_url: str, tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with running_node(database_url, tmp_path) as node:
+            world = await World.create(node, "services")
+            ann, bob = await world.members("ann", "bob")
+            bot = await world.member("bot", MemberType.AGENT)
+            made = await make_service(world, "deploys", ann, display_name="Deploys")
+            assert made["handle"] == "deploys"
+            scope = made["scopeId"]
+            other = await make_service(world, "alerts")
+            token = (await admin(node.database_url, "issue-service-token", "--service", "deploys"))[
+                "token"
+            ]
+            async with (
+                world.client(ann) as a,
+                world.client(bob) as b,
+                world.client(bot) as g,
+                world.client(Person(bot.member, token)) as svc,
+            ):
+                assert scope in await scope_ids(a)
+                assert scope in await scope_ids(b)
+                assert scope not in await scope_ids(g)  # agents are never in the audience
+                assert svc.welcome["member"]["type"] == "service"
+                posted = await a.request(
+                    "servicePost",
+                    service="deploys",
+                    content="Deploy **ok**",
+                    clientMessageId="d-1",
+                    explain=True,
+                )
+                assert posted["state"] == "sent"
+                assert posted["explain"]["authorisedBy"] == ann.id
+                events = await b.events_until(lambda e: e.get("type") == "message", 5)
+                event = events[-1]
+                assert event["message"]["author"]["handle"] == "deploys"
+                assert event["message"]["author"]["type"] == "service"
+                assert event["message"]["metadata"]["authorisedBy"] == ann.id
+                again = await a.request(
+                    "servicePost",
+                    service="deploys",
+                    content="Deploy **ok**",
+                    clientMessageId="d-1",
+                )
+                assert again["state"] == "already_sent"
+                assert again["messageId"] == posted["messageId"]
+                # Nobody but a manager, and no agent or service, posts as it.
+                post = {"service": "deploys", "content": "x", "clientMessageId": "x-1"}
+                assert await refused(b, "servicePost", **post) == "forbidden"
+                assert await refused(g, "servicePost", **post) == "forbidden"
+                assert await refused(svc, "servicePost", **post) == "forbidden"
+                assert await refused(a, "servicePost", **{**post, "service": "alerts"}) == (
+                    "forbidden"
+                )
+                assert await refused(a, "servicePost", **{**post, "service": "nope"}) == (
+                    "not_found"
+                )
+                # Its conversation is the service's alone, and nobody leaves it.
+                send = {"target": f"scope:{scope}", "content": "hi", "clientMessageId": "h-1"}
+                assert await refused(a, "send", **send) == "forbidden"
+                assert await refused(b, "leave", scopeId=scope) == "forbidden"
+                # Managers kept by admins.
+                await admin(
+                    node.database_url,
+                    "service-managers",
+                    "add",
+                    "--service",
+                    "deploys",
+                    "--member",
+                    bob.id,
+                )
+                assert (
+                    await b.request(
+                        "servicePost", service="deploys", content="b", clientMessageId="b-1"
+                    )
+                )["state"] == "sent"
+                await admin(
+                    node.database_url,
+                    "service-managers",
+                    "remove",
+                    "--service",
+                    "deploys",
+                    "--member",
+                    bob.id,
+                )
+                assert await refused(b, "servicePost", **post) == "forbidden"
+                # A human created later is in the audience at once and reads the history.
+                cara = await admin(
+                    node.database_url,
+                    "create-member",
+                    "--workspace",
+                    world.workspace_id,
+                    "--handle",
+                    "cara",
+                )
+                assert other["scopeId"] != scope
+                history = await svc.request("history", target=f"scope:{scope}")
+                assert [m["content"] for m in history["messages"]] == ["Deploy **ok**", "b"]
+                del cara
