@@ -9,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from actors.model import MemberType
 from node import admin_commands
 from node.cli import build_parser
-from node.client import Client
+from node.client import Client, ConnectionClosed
 from tests.nodes import Person, World, running_node
 
 
@@ -54,7 +55,7 @@ async def test_service_audience_managers_and_posts(database_url: str, tmp_path: 
             made = await make_service(world, "deploys", ann, display_name="Deploys")
             assert made["handle"] == "deploys"
             scope = made["scopeId"]
-            other = await make_service(world, "alerts")
+            await make_service(world, "alerts")
             token = (await admin(node.database_url, "issue-service-token", "--service", "deploys"))[
                 "token"
             ]
@@ -131,15 +132,31 @@ async def test_service_audience_managers_and_posts(database_url: str, tmp_path: 
                 )
                 assert await refused(b, "servicePost", **post) == "forbidden"
                 # A human created later is in the audience at once and reads the history.
+                url = node.database_url
                 cara = await admin(
-                    node.database_url,
+                    url,
                     "create-member",
                     "--workspace",
                     world.workspace_id,
                     "--handle",
                     "cara",
+                    "--type",
+                    "human",
                 )
-                assert other["scopeId"] != scope
-                history = await svc.request("history", target=f"scope:{scope}")
-                assert [m["content"] for m in history["messages"]] == ["Deploy **ok**", "b"]
-                del cara
+                cara_token = (await admin(url, "issue-token", "--member", cara["memberId"]))[
+                    "token"
+                ]
+                cara_client = world.client(Person(bob.member, cara_token))
+                async with cara_client as c:
+                    assert scope in await scope_ids(c)
+                    history = await c.request("history", target=f"scope:{scope}")
+                    assert [m["content"] for m in history["messages"]] == ["Deploy **ok**", "b"]
+                    # Deactivation closes its sessions, fails its tokens, ends its memberships.
+                    await admin(url, "deactivate-member", "--member", cara["memberId"])
+                    assert await c.wait_closed(5) == 4401
+                with pytest.raises(ConnectionClosed):
+                    async with world.client(Person(bob.member, cara_token)):
+                        pass
+                members = await a.request("members", scopeId=scope)
+                assert cara["memberId"] not in {m["id"] for m in members["members"]}
+                assert bot.id not in {m["id"] for m in members["members"]}
