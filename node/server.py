@@ -23,7 +23,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, RejectConnection, Request
 
 from actors.ids import new_id
-from node import attachments, invites
+from node import attachments, invites, webhooks
 from node.attachments import is_attachment_path
 from node.http import Reply, respond, respond_metrics_listener, text
 from node.services import Services
@@ -148,6 +148,8 @@ async def _accept(services: Services, stream: trio.SocketStream) -> Upgrade | No
         return None
     if invites.is_invite_path(target.path):
         reply = await invites.handle(services, stream, http, request, peer_address(stream))
+    elif webhooks.is_webhook_path(target.path):
+        reply = await webhooks.handle(services, stream, http, request)
     else:
         reply = await respond(services, request, peer_address(stream))
     await _plain(stream, reply, head_only=request.method == b"HEAD")
@@ -156,6 +158,7 @@ async def _accept(services: Services, stream: trio.SocketStream) -> Upgrade | No
 
 _REASONS = {
     200: "OK",
+    201: "Created",
     400: "Bad Request",
     401: "Unauthorized",
     403: "Forbidden",

@@ -6,6 +6,7 @@ deactivation; managers post as the service; nobody else does. Who may call
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,30 @@ async def refused(client: Client, op: str, **fields: Any) -> str:
     answer = await client.request_frame({"type": op, "id": f"x-{op}", **fields})
     assert answer["type"] == "error", answer
     return str(answer["code"])
+
+
+async def post_hook(
+    node: Any, handle: str, body: bytes | dict[str, Any], token: str | None, **headers: str
+) -> tuple[int, dict[str, Any]]:
+    """``POST /v1/services/<handle>/messages`` as curl would: (status, JSON body)."""
+    payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    extra = "".join(f"{name.replace('_', '-')}: {value}\r\n" for name, value in headers.items())
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", node.services.port)
+        async with stream:
+            await stream.send_all(
+                f"POST /v1/services/{handle}/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Connection: close\r\nContent-Type: application/json\r\n{extra}"
+                f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                + payload
+            )
+            chunks = []
+            while data := await stream.receive_some(65536):
+                chunks.append(data)
+    head, _, raw = b"".join(chunks).partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(raw)
 
 
 async def scope_ids(client: Client) -> set[str]:
@@ -157,6 +182,51 @@ async def test_service_audience_managers_and_posts(database_url: str, tmp_path: 
                 with pytest.raises(ConnectionClosed):
                     async with world.client(Person(bob.member, cara_token)):
                         pass
+                await _webhooks(node, b, scope, token)
                 members = await a.request("members", scopeId=scope)
                 assert cara["memberId"] not in {m["id"] for m in members["members"]}
                 assert bot.id not in {m["id"] for m in members["members"]}
+
+
+async def _webhooks(node: Any, reader: Client, scope: str, token: str) -> None:
+    """Slack's payload and ours, idempotent, live to a human; errors store nothing."""
+    slack = {"text": "Deploy <https://ci.example/42|#42> *succeeded*"}
+    status, made = await post_hook(node, "deploys", slack, token, Idempotency_Key="run-42")
+    assert status == 201, made
+    assert made["scopeId"] == scope
+    events = await reader.events_until(
+        lambda e: e.get("type") == "message" and "ci.example" in e["message"]["content"], 5
+    )
+    message = events[-1]["message"]
+    assert message["content"] == "Deploy [#42](https://ci.example/42) **succeeded**"
+    assert message["author"]["handle"] == "deploys"
+    assert message["metadata"]["source"]["kind"] == "service_direct_post"
+    assert await post_hook(node, "deploys", slack, token, Idempotency_Key="run-42") == (200, made)
+    ours = {"content": "plain", "clientMessageId": "p-1"}
+    status, plain = await post_hook(node, "deploys", ours, token)
+    assert status == 201
+    assert plain["seq"] == made["seq"] + 1
+    assert (await post_hook(node, "deploys", ours, token))[0] == 200
+    blocks = {"blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "_quiet_"}}]}
+    assert (await post_hook(node, "deploys", blocks, token))[0] == 201
+    # Refused: a bad or another service's token, a malformed body; nothing stored.
+    assert (await post_hook(node, "deploys", ours, "snt_nope"))[0] == 401
+    assert (await post_hook(node, "deploys", ours, None))[0] == 401
+    assert (await post_hook(node, "alerts", {"content": "x"}, token))[0] == 401
+    assert await post_hook(node, "deploys", {"content": 5}, token) == (
+        400,
+        {
+            "code": "validation_failed",
+            "message": "$.content: must be a string",
+            "details": {"path": "$.content"},
+        },
+    )
+    status, error = await post_hook(node, "deploys", {"username": "ci"}, token)
+    assert (status, error["details"]["path"]) == (400, "$.content")
+    assert (await post_hook(node, "deploys", b"{not json", token))[0] == 400
+    history = await reader.history(f"scope:{scope}")
+    assert [m["content"] for m in history["messages"]][-3:] == [
+        "Deploy [#42](https://ci.example/42) **succeeded**",
+        "plain",
+        "*quiet*",
+    ]

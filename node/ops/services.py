@@ -42,7 +42,7 @@ async def service_post(ctx: Context, request: ServicePost) -> SendResult:
     # The moderation boundary a human's own send passes, with the service as
     # the durable author the audit row names.
     await check_moderation(ctx.services, member, target, request.content, author=service.member)
-    result = await post_as_service(
+    _, result = await post_as_service(
         ctx.services,
         service.member,
         target=target,
@@ -66,8 +66,9 @@ async def post_as_service(
     client_message_id: str,
     metadata: dict[str, Any],
     explain: bool = False,
-) -> SendResult:
-    """Send ``content`` as ``service`` and wait for the actor's answer (a refusal raises)."""
+) -> tuple[str, SendResult]:
+    """Send ``content`` as ``service`` and wait for the actor's answer (a refusal
+    raises); the scope it went to, and the answer."""
     check_send_fields(
         service, message_type="text", client_message_id=client_message_id, attachment_ids=()
     )
@@ -93,4 +94,4 @@ async def post_as_service(
     await done.wait()
     if isinstance(outcome[0], OperationError):
         raise outcome[0]
-    return outcome[0]
+    return scope_id, outcome[0]
