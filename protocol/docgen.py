@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from msgspec import inspect
 
-from protocol import admin, frames, presence
+from protocol import admin, frames, presence, services
 from protocol.errors import CloseCode, ErrorCode
 
 INTRO = """\
@@ -211,6 +211,9 @@ RESULTS: dict[str, str] = {
         "`{scopes: [{id, type, slug, name, latestSeq, lastReadSeq, unread,"
         " notification}]}`: the scopes the caller is a current member of, most recent"
         " activity first (threads included once the caller is a thread member)."
+        " A service account's conversation (`type` `service_account`, `name` the"
+        " service's display name) also carries `service: {memberId, handle, manager}`,"
+        " `manager` saying whether the caller may post there with `servicePost`."
     ),
     "members": (
         "`{members: [{id, handle, displayName, type, visibility, ownerMemberId?}],"
@@ -273,6 +276,7 @@ RESULTS: dict[str, str] = {
 
 # The admin ops' results live beside their frames.
 RESULTS |= admin.results()
+RESULTS |= services.results()
 
 # Per server frame: when it is sent.
 EVENTS: dict[str, str] = {
@@ -400,9 +404,10 @@ The WebSocket port also answers plain HTTP:
 | `/v1/whoami` | with `Authorization: Bearer <token>`: `{workspaceId, memberId, handle, displayName, type}`; `401` for an unknown or revoked token, `503` without database |
 | `POST /v1/invites/lookup` | JSON `{code}`: `200 {workspace, workspaceName, expiresAt}` for an invite that can be redeemed; `404` `not_found` for an unknown code, `410` `gone` with `details.reason` (`expired`, `used_up`, `revoked`) otherwise ([invites.md](invites.md)) |
 | `POST /v1/invites/redeem` | JSON `{code, handle, displayName}`: creates a human member, joins it to the workspace's default channels and the invite's own, `200 {token, workspace, memberId, channels}`; `400` `validation_failed` (`details.path`), `404`/`410` as above, `409` `conflict` for a handle taken (`details.path` `$.handle`), `429` `rate_limited` per client address (`Retry-After`, `details.retryAfterMs`). Nothing is created on any refusal |
+| `POST /v1/services/<handle>/messages` | with `Authorization: Bearer <the service's token>`, JSON `{content, clientMessageId?, target?}` or Slack's incoming-webhook payload (`{text}` or `{blocks}`): posts as the service, `201 {messageId, seq, scopeId}`, `200` with the same body for a replay of `clientMessageId` or the `Idempotency-Key` header; `401` for a token that is not the service's, `400` `validation_failed` with `details.path`, `429` `rate_limited` (the service's send bucket, `Retry-After`). Nothing is stored on any refusal ([services.md](services.md)) |
 | `/` | the web client |
 
-Every error body of the attachment and invite endpoints is `{"code", "message"}`
+Every error body of the attachment, invite and service endpoints is `{"code", "message"}`
 (with `details` when there are any). A
 message's `attachments` lists `{id, name, contentType, size, url}` per
 claimed upload, `url` being the path of its download.

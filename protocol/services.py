@@ -37,3 +37,16 @@ class ServicePost(_Frame, tag="servicePost"):
     client_message_id: ClientMessageId
     target: ShortText | None = None
     explain: bool = False
+
+
+def results() -> dict[str, Any]:
+    """Each service op's reply ``result``, for docs/protocol.md."""
+    return {
+        "servicePost": (
+            "a `send`'s result (`sent`, or `already_sent` for a replayed"
+            " `clientMessageId`), the message authored by the service; with `explain`, also"
+            " `authorisedBy` (the manager) and `author` (the service). `forbidden` unless the"
+            " caller is a human manager of the service; `not_found` at `$.service` for a"
+            " handle that names no service of the workspace. See [services.md](services.md)."
+        ),
+    }

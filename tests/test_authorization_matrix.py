@@ -32,6 +32,7 @@ from node.client import Client
 from storage import directory, invites, scopes
 from storage.pg import connect
 from tests.nodes import Person, World, running_node
+from tests.test_authorization_services import service_lines
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "authorization.md"
 REGEN_ENV = "SCOPENODE_REGEN_DOCS"
@@ -561,6 +562,7 @@ def render() -> str:
         " such target there."
     )
     lines += _admin_lines()
+    lines += service_lines()
     return "\n".join(lines) + "\n"
 
 
