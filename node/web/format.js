@@ -86,6 +86,8 @@ export function scopeLabel(scope) {
       return state.threads[scope.id]?.label || scope.name || "Thread";
     case "task":
       return "Task " + (scope.name || scope.id);
+    case "service_account":
+      return scope.name || scope.service?.handle || scope.id;
     default:
       return scope.name || scope.slug || scope.id;
   }

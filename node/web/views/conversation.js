@@ -21,6 +21,7 @@ import { showPane, focusComposer } from "./layout.js";
 import { rove, keepMessageFocus } from "./keyboard.js";
 import * as history from "./history.js";
 import { renderTyping } from "./presence.js";
+import { serviceComposer, postAsService } from "./services.js";
 
 // `reveal`: a switch the reader asked for (or the first one) brings the
 // conversation on screen and focus to its composer; a refetch of the open one
@@ -36,6 +37,7 @@ export async function openScope(scopeId, { reveal = scopeId !== state.current } 
   $("scope-title").textContent = scope ? scopeLabel(scope) : "…";
   $("members-button").disabled = false;
   setComposerEnabled(true);
+  serviceComposer(scope);
   setText($("composer-note"), "");
   if (state.panel?.kind === "members") openMembers({ refresh: true });
   if (scope?.type === "channel") loadOwner(scopeId);
@@ -245,6 +247,11 @@ export function sendMain(event) {
     return;
   }
   if (!content.trim() && !extra.attachmentIds && !extra.forward) return;
+  const scope = state.scopes.get(state.current);
+  if (scope?.service) {
+    postAsService(scope, content);
+    return;
+  }
   if (extra.forward) extra.quote = state.composers.main.quote;
   input.value = "";
   setText($("composer-note"), "");

@@ -113,7 +113,11 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
       avatarNode(author.memberId, authorName),
       el("span", { class: "author" }, authorName),
       author.handle ? el("span", { class: "handle" }, "@" + author.handle) : null,
-      author.type && author.type !== "human" ? el("span", { class: "tag" }, author.type) : null,
+      author.type === "service"
+        ? el("span", { class: "tag app", title: "A service account (an app) posted this" }, "APP")
+        : author.type && author.type !== "human"
+          ? el("span", { class: "tag" }, author.type)
+          : null,
       el("time", { datetime: message.createdAt, title: message.createdAt }, formatTime(message.createdAt)),
     ),
     message.deleted ? null : sourcesNode(message),

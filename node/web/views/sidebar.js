@@ -127,10 +127,16 @@ function updateTitle() {
     "%3C/svg%3E";
 }
 
-const TYPE_LIST = { channel: "channel-list", dm: "dm-list", thread: "thread-list", task: "channel-list" };
+const TYPE_LIST = {
+  channel: "channel-list",
+  dm: "dm-list",
+  thread: "thread-list",
+  task: "channel-list",
+  service_account: "app-list",
+};
 
 export function renderScopes() {
-  const lists = { "channel-list": [], "dm-list": [], "thread-list": [] };
+  const lists = { "channel-list": [], "dm-list": [], "thread-list": [], "app-list": [] };
   const scopes = [...state.scopes.values()].sort((a, b) => scopeLabel(a).localeCompare(scopeLabel(b)));
   for (const scope of scopes) {
     const open =
@@ -168,6 +174,7 @@ export function renderScopes() {
   }
   for (const [id, items] of Object.entries(lists)) $(id).replaceChildren(...items);
   show($("threads-title"), lists["thread-list"].length > 0);
+  show($("apps-title"), lists["app-list"].length > 0);
   setText($("scope-empty"), scopes.length ? "" : "No conversations yet — browse channels to join one.");
   const current = state.scopes.get(state.current);
   if (current) $("scope-title").textContent = scopeLabel(current);
