@@ -141,11 +141,7 @@ async def test_service_audience_managers_and_posts(database_url: str, tmp_path: 
                     "--member",
                     bob.id,
                 )
-                assert (
-                    await b.request(
-                        "servicePost", service="deploys", content="b", clientMessageId="b-1"
-                    )
-                )["state"] == "sent"
+                assert (await b.service_post("deploys", "b"))["state"] == "sent"
                 await admin(
                     node.database_url,
                     "service-managers",

@@ -193,6 +193,18 @@ class Client:
             "send", target=target, content=content, clientMessageId=client_message_id, **fields
         )
 
+    async def service_post(self, service: str, content: str, **fields: Any) -> dict[str, Any]:
+        """The ``servicePost`` op: post as ``service`` (its handle), for its managers;
+        ``clientMessageId`` defaults to a fresh uuid, ``target`` to its conversation."""
+        client_message_id = fields.pop("clientMessageId", f"c-{uuid.uuid4().hex}")
+        return await self.request(
+            "servicePost",
+            service=service,
+            content=content,
+            clientMessageId=client_message_id,
+            **fields,
+        )
+
     async def history(self, target: str, **fields: Any) -> dict[str, Any]:
         """The ``history`` op (``beforeSeq``/``afterSeq``/``aroundSeq``/``limit`` as keywords)."""
         return await self.request("history", target=target, **fields)
