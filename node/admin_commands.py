@@ -122,9 +122,6 @@ async def _create_member(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     handle = args.handle.lower()
     if not re.fullmatch(HANDLE_PATTERN, handle):
         raise CliError(f"--handle: must match {HANDLE_PATTERN}")
-    if args.type == MemberType.SERVICE.value:
-        # A service member comes with its conversation and audience.
-        raise CliError("--type: a service is made with `admin create-service`")
     if args.private and not args.owner:
         raise CliError("--private: needs --owner")
     if args.private and args.type != MemberType.AGENT.value:
