@@ -19,6 +19,8 @@ from node.cli import build_parser
 from node.client import Client, ConnectionClosed
 from tests.nodes import Person, World, running_node
 
+HOOK_POSTS = 8  # webhook requests with the service's token in _webhooks, before the 429
+
 
 async def admin(database_url: str, *argv: str) -> dict[str, Any]:
     """``scopenode admin ARGV`` in this process (the CLI's contract is test_cli's)."""
@@ -73,7 +75,11 @@ async def scope_ids(client: Client) -> set[str]:
 
 async def test_service_audience_managers_and_posts(database_url: str, tmp_path: Path) -> None:
     with trio.fail_after(30):
-        async with running_node(database_url, tmp_path) as node:
+        words = tmp_path / "moderation.txt"
+        words.write_text("forbidden phrase\n")
+        # A service's send bucket holds the webhook posts below and no more.
+        limits = {"send_rate": 0.001, "send_burst": HOOK_POSTS}
+        async with running_node(database_url, tmp_path, moderation_file=words, **limits) as node:
             world = await World.create(node, "services")
             ann, bob = await world.members("ann", "bob")
             bot = await world.member("bot", MemberType.AGENT)
@@ -116,6 +122,11 @@ async def test_service_audience_managers_and_posts(database_url: str, tmp_path: 
                 )
                 assert again["state"] == "already_sent"
                 assert again["messageId"] == posted["messageId"]
+                # A manager's post passes the keyword list as a human's send does.
+                blocked = {"service": "deploys", "content": "a forbidden phrase"}
+                assert await refused(a, "servicePost", **blocked, clientMessageId="m-1") == (
+                    "moderation_blocked"
+                )
                 # Nobody but a manager, and no agent or service, posts as it.
                 post = {"service": "deploys", "content": "x", "clientMessageId": "x-1"}
                 assert await refused(b, "servicePost", **post) == "forbidden"
@@ -220,6 +231,9 @@ async def _webhooks(node: Any, reader: Client, scope: str, token: str) -> None:
     status, error = await post_hook(node, "deploys", {"username": "ci"}, token)
     assert (status, error["details"]["path"]) == (400, "$.content")
     assert (await post_hook(node, "deploys", b"{not json", token))[0] == 400
+    # Over the service's send bucket: 429, and nothing stored.
+    status, error = await post_hook(node, "deploys", {"content": "one more"}, token)
+    assert (status, error["code"]) == (429, "rate_limited")
     history = await reader.history(f"scope:{scope}")
     assert [m["content"] for m in history["messages"]][-3:] == [
         "Deploy [#42](https://ci.example/42) **succeeded**",
