@@ -53,6 +53,7 @@ from actors.ports import CommittedMutation, CommittedSend, ReactionActivity, Thr
 from actors.reactions import ReactionSummary
 from node.views import (
     committed_message_view,
+    privileged_readers,
     rfc3339,
     stored_message_view,
     without_recipients,
@@ -333,15 +334,17 @@ class Hub:
         for plan, commit in sends:
             view = committed_message_view(plan, commit)
             framed = frame(encode(MessageEvent(scope_id=scope_id, message=view)))
-            addressed = plan.intent.recipients
-            if not addressed:
+            privileged = privileged_readers(plan.author.id, plan.intent.metadata)
+            if privileged is None and plan.intent.recipients:
+                privileged = frozenset({plan.author.id, *plan.intent.recipients})
+            if privileged is None:
                 for member_id in plan.readers:
                     for session in self._sessions.get(member_id, ()):
                         batches.setdefault(session, []).append((commit.seq, framed))
             else:
                 # ``metadata.recipients`` is for the author and the recipients
-                # only: such a message is encoded twice, once without them.
-                privileged = {plan.author.id, *addressed}
+                # only (``authorisedBy`` for the author and that manager): such
+                # a message is encoded twice, once without them.
                 others_view = without_recipients(view)
                 others = frame(encode(MessageEvent(scope_id=scope_id, message=others_view)))
                 for member_id in plan.readers:
@@ -350,7 +353,7 @@ class Hub:
                         batches.setdefault(session, []).append((commit.seq, framed_for))
             delivered.append(f"rt:{commit.message_id}")
             for agent_id, reason in plan.wakes:
-                shown = view if not addressed or agent_id in privileged else others_view
+                shown = view if privileged is None or agent_id in privileged else others_view
                 wake_id, wake = wake_frame(
                     commit.message_id, agent_id, scope_id, commit.seq, reason, shown
                 )
@@ -456,8 +459,9 @@ class Hub:
             # ``metadata.recipients`` is for the author and the recipients only,
             # and each reader is shown the reactions it may see: one encoding
             # per distinct (recipients shown, reactions shown).
-            recipients = message.metadata.get("recipients") or ()
-            privileged = {message.author.id, *recipients}
+            privileged = privileged_readers(message.author.id, message.metadata) or {
+                message.author.id
+            }
             encoded: dict[tuple[bool, tuple[ReactionSummary, ...]], bytes] = {}
             payloads = {}
             for reader in plan.readers:

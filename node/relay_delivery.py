@@ -34,7 +34,7 @@ import trio
 
 from actors.sources import VIEW_KIND
 from node.hub import Hub, LiveSession, wake_frame
-from node.views import sees_recipients, stored_message_view
+from node.views import privileged_readers, stored_message_view
 from protocol.codec import encode
 from protocol.frames import InvalidateEvent, MembershipEvent, MessageEvent
 from protocol.wsframes import frame
@@ -214,11 +214,9 @@ class Delivery:
             if message.seq not in wanted:
                 continue
             framed: dict[bool, bytes] = {}
-            recipients = message.metadata.get("recipients") or ()
+            shown_to = privileged_readers(message.author.id, message.metadata)
             for reader in row.readers:
-                privileged = bool(recipients) and sees_recipients(
-                    reader, message.author.id, recipients
-                )
+                privileged = shown_to is not None and reader in shown_to
                 if privileged not in framed:
                     view = stored_message_view(message, reader if privileged else None)
                     view.sources = [pending(_view_kind(k)) for k in row.source_kinds]

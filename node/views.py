@@ -41,12 +41,31 @@ def sees_recipients(viewer_id: str | None, author_id: str, recipients: Collectio
     return viewer_id is not None and (viewer_id == author_id or viewer_id in recipients)
 
 
+# The manager who posted a service's message (docs/services.md): readers see
+# the service as the author; the service and that manager see who it was.
+AUTHORISED_BY = "authorisedBy"
+_PRIVATE_METADATA = frozenset({"recipients", AUTHORISED_BY})
+
+
+def privileged_readers(author_id: str, metadata: Mapping[str, Any]) -> frozenset[str] | None:
+    """Who is shown a message's private metadata (``recipients``,
+    ``authorisedBy``): the author and those it names; None when it has none."""
+    recipients = metadata.get("recipients") or ()
+    authoriser = metadata.get(AUTHORISED_BY)
+    if not recipients and authoriser is None:
+        return None
+    return frozenset({author_id, *recipients, *([authoriser] if authoriser else [])})
+
+
 def stored_message_view(message: StoredMessage, viewer_id: str | None) -> MessageView:
     """The message as ``viewer_id`` may see it (None: a reader with no special standing)."""
     metadata = {k: v for k, v in message.metadata.items() if k not in _NOT_METADATA}
     recipients = metadata.get("recipients")
     if recipients is not None and not sees_recipients(viewer_id, message.author.id, recipients):
         del metadata["recipients"]
+    authoriser = metadata.get(AUTHORISED_BY)
+    if authoriser is not None and viewer_id not in (message.author.id, authoriser):
+        del metadata[AUTHORISED_BY]
     return MessageView(
         id=message.id,
         scope_id=message.scope_id,
@@ -111,6 +130,7 @@ def committed_message_view(plan: MessagePlan, commit: CommittedSend) -> MessageV
 
 
 def without_recipients(view: MessageView) -> MessageView:
-    """The view for a reader that is neither the author nor a recipient."""
-    metadata = {k: v for k, v in view.metadata.items() if k != "recipients"}
+    """The view for a reader that is neither the author nor named by the
+    message's private metadata (a recipient, the authorising manager)."""
+    metadata = {k: v for k, v in view.metadata.items() if k not in _PRIVATE_METADATA}
     return msgspec.structs.replace(view, metadata=metadata)

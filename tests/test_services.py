@@ -113,7 +113,13 @@ async def test_service_audience_managers_and_posts(database_url: str, tmp_path: 
                 event = events[-1]
                 assert event["message"]["author"]["handle"] == "deploys"
                 assert event["message"]["author"]["type"] == "service"
-                assert event["message"]["metadata"]["authorisedBy"] == ann.id
+                # Who posted it is for the service and that manager, not for readers.
+                assert "authorisedBy" not in event["message"]["metadata"]
+                seen = await a.events_until(lambda e: e.get("type") == "message", 5)
+                assert seen[-1]["message"]["metadata"]["authorisedBy"] == ann.id
+                for client, shown in ((a, True), (b, False), (svc, True)):
+                    page = await client.history(f"scope:{scope}")
+                    assert ("authorisedBy" in page["messages"][-1]["metadata"]) is shown
                 again = await a.request(
                     "servicePost",
                     service="deploys",
