@@ -26,7 +26,8 @@ class ServicePost(_Frame, tag="servicePost"):
 
     The message's author, and the subject its ``clientMessageId`` is
     idempotent for, is the service; the manager is recorded as
-    ``metadata.authorisedBy`` and in ``explain``. ``target`` defaults to the
+    ``metadata.authorisedBy`` (shown to the service and that manager only)
+    and in ``explain``. ``target`` defaults to the
     service's own conversation (``scope:<id>``); it may also name a channel
     the service has been added to. The reply's ``result`` is a send's.
     """
