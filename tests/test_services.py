@@ -19,7 +19,7 @@ from node.cli import build_parser
 from node.client import Client, ConnectionClosed
 from tests.nodes import Person, World, running_node
 
-HOOK_POSTS = 8  # webhook requests with the service's token in _webhooks, before the 429
+HOOK_POSTS = 9  # webhook requests with the service's token in _webhooks, before the 429
 
 
 async def admin(database_url: str, *argv: str) -> dict[str, Any]:
@@ -195,6 +195,15 @@ async def test_service_audience_managers_and_posts(database_url: str, tmp_path: 
                 with pytest.raises(ConnectionClosed):
                     async with world.client(Person(bob.member, cara_token)):
                         pass
+                # A service invited into a channel posts there too, as itself.
+                ops = await a.request("createChannel", slug="ops", name="Ops")
+                await a.request("invite", scopeId=ops["scopeId"], memberId=made["memberId"])
+                there = await a.service_post("deploys", "to ops", target="#ops")
+                assert there["state"] == "sent"
+                status, hooked = await post_hook(
+                    node, "deploys", {"content": "hook to ops", "target": "#ops"}, token
+                )
+                assert (status, hooked["scopeId"]) == (201, ops["scopeId"])
                 await _webhooks(node, b, scope, token)
                 members = await a.request("members", scopeId=scope)
                 assert cara["memberId"] not in {m["id"] for m in members["members"]}
