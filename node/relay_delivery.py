@@ -146,6 +146,11 @@ class Delivery:
             # cursor per scope would only hold memory.
             return True
         cursor = self._cursor(scope_id, None)
+        if cursor.frontier is None and cursor.above:
+            # Seqs below this node's first local commit were there before it
+            # (history); a seq after it that this node did not hand out was
+            # committed by another node, and ours must wait for it.
+            cursor.start_at(min(cursor.above) - 1)
         if scope_id in self._fetching or cursor.missing(min(seqs) - 1):
             # Another node's earlier seqs are not delivered here yet (two nodes
             # wrote the scope): deliver ours after them, read back in order.
