@@ -307,10 +307,11 @@ def thread_admission(
 
 
 def can_edit(ctx: VisibilityContext, editor: Member, author_id: str, message_type: str) -> Decision:
-    """``edit``: the author, of a ``text`` message, while it may still post here."""
+    """``edit``: the author, of a ``text`` message (or a task's discussion message),
+    while it may still post here."""
     if editor.id != author_id:
         return Decision(False, "not_author")
-    if message_type != "text":
+    if message_type not in ("text", "task_discussion"):
         return Decision(False, "not_text_message")
     posting = can_post(ctx, editor)
     if not posting:
@@ -420,3 +421,44 @@ def reaction_wakes(
         and notification is NotificationState.AUTO_WAKE
         and sees_reaction(author, reactor)
     )
+
+
+# ---------------------------------------------------------------- task rules (docs/tasks.md)
+
+
+def can_create_task(creator: Member) -> Decision:
+    """Humans and public agents create tasks; a private agent acts only inside its owner's."""
+    if creator.is_private_agent:
+        return Decision(False, "private_agent_never_creates_tasks")
+    return Decision(True, "creator")
+
+
+def can_assign(actor: Member, assignee: Member) -> Decision:
+    """Anyone the actor may name, but a private agent only by its owner (as with invites)."""
+    if assignee.is_private_agent and assignee.owner_member_id != actor.id:
+        return Decision(False, "not_agent_owner")
+    return Decision(True, "assignable")
+
+
+def can_update_task(
+    actor: Member,
+    *,
+    member: Membership | None,
+    creator_id: str,
+    assignees: Collection[str],
+    reassigns: bool,
+    retitles: bool,
+) -> Decision:
+    """``updateTask``: a current member changes status and title; the creator and the
+    assignees who are public members also change the assignees. A private agent
+    member changes the status only: its membership is its owner's choice, not a
+    say over who else works on the task."""
+    if member is None:
+        return Decision(False, "not_member")
+    if member.is_private:
+        if reassigns or retitles:
+            return Decision(False, "private_agent_status_only")
+        return Decision(True, "private_member_status")
+    if reassigns and actor.id != creator_id and actor.id not in assignees:
+        return Decision(False, "not_creator_or_assignee")
+    return Decision(True, "member")

@@ -16,6 +16,7 @@ from datetime import timedelta
 import structlog
 import trio
 
+from actors.model import StoredMessage
 from node.hub import Hub, wake_frame
 from node.views import stored_message_view
 from protocol.codec import encode
@@ -151,7 +152,9 @@ class OutboxWorker:
         assert row.message_id is not None
         message = await messages.get_message(conn, row.message_id)
         info = await scopes.get_scope(conn, row.scope_id) if message is not None else None
-        if message is not None and info is not None:
+        if message is not None and row.recipients is not None:
+            self._replay_frozen(row, message, row.recipients)
+        elif message is not None and info is not None:
             for listing in await scopes.current_members(conn, row.scope_id):
                 sessions = self._hub.sessions_of(listing.member.id)
                 if not sessions:
@@ -176,6 +179,23 @@ class OutboxWorker:
                         session.deliver_events(row.scope_id, [(message.seq, frame(payload))])
                         self.pushed += 1
         await outbox.finish(conn, row, self._owner, "delivered")
+
+    def _replay_frozen(
+        self, row: LeasedRow, message: StoredMessage, recipients: list[list[str]]
+    ) -> None:
+        """``inline_targeted``: exactly the readers frozen when the send committed
+        (docs/tasks.md), whoever joined or left since. The notification state
+        frozen with each decides nothing here: like the inline push, a replay
+        reaches every reader's sessions."""
+        for member_id, _state in recipients:
+            sessions = self._hub.sessions_of(member_id)
+            if not sessions:
+                continue
+            view = stored_message_view(message, member_id)
+            payload = encode(MessageEvent(scope_id=row.scope_id, message=view))
+            for session in sessions:
+                session.deliver_events(row.scope_id, [(message.seq, frame(payload))])
+                self.pushed += 1
 
     async def _project(self, conn: TrioConnection, row: LeasedRow) -> None:
         """An edit or delete whose projection was never marked delivered (the node
