@@ -151,20 +151,14 @@ async def test_crash_before_delivery_replays_discussion_to_frozen_recipients_onc
         os.kill(node.proc.pid, signal.SIGKILL)
         with trio.fail_after(10):
             await node.proc.wait()
-    async with await connect(database_url, autocommit=True) as conn:
-        cur = await conn.execute(
-            "UPDATE scope_fanout_outbox SET next_attempt_at = now()"
-            " WHERE message_id = %s AND fanout_type = 'realtime'"
-            " RETURNING delivery_policy, status, payload->'recipients'",
-            (sent["messageId"],),
-        )
-        policy, status, recipients = await cur.fetchone() or (None, None, None)
-    assert (policy, status) == ("inline_targeted", "pending")
-    assert sorted(r[0] for r in recipients) == sorted([ann.id, bob.id])
-
     async with serve_subprocess(data_dir, database_url, log_path) as node:
         world = World(node, world.workspace_id)  # type: ignore[arg-type]
         async with world.client(bob) as b, world.client(cat) as c:
+            # The row is due now that both are connected (a replay reaches only
+            # connected sessions; the unread count is the database's either way).
+            policy, status, recipients = await _make_due(database_url, sent["messageId"])
+            assert (policy, status) == ("inline_targeted", "pending")
+            assert sorted(r[0] for r in recipients) == sorted([ann.id, bob.id])
             with trio.fail_after(10):
                 got = await b.events_until(lambda ev: ev["type"] == "message", 10)
             got += await _quiet_events(b, 1.5)  # and no second one
@@ -172,3 +166,14 @@ async def test_crash_before_delivery_replays_discussion_to_frozen_recipients_onc
             assert not _of(await _quiet_events(c, QUIET), "message")
             assert await _unread(b, task_id) == 1
             assert await _unread(c, task_id) == 0
+
+
+async def _make_due(database_url: str, message_id: str) -> tuple[Any, ...]:
+    async with await connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "UPDATE scope_fanout_outbox SET next_attempt_at = now()"
+            " WHERE message_id = %s AND fanout_type = 'realtime'"
+            " RETURNING delivery_policy, status, payload->'recipients'",
+            (message_id,),
+        )
+        return tuple(await cur.fetchone() or (None, None, None))
