@@ -17,15 +17,23 @@ import structlog
 import trio
 
 from actors.model import StoredMessage
-from node.hub import Hub, wake_frame
-from node.views import stored_message_view
+from node.hub import Hub, delivery_id, wake_frame
+from node.views import rfc3339, stored_message_view
 from protocol.codec import encode
-from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
+from protocol.frames import (
+    AuthorView,
+    Deliver,
+    MessageDeletedEvent,
+    MessageEvent,
+    MessageUpdatedEvent,
+    MessageView,
+)
 from protocol.wsframes import frame
-from storage import access, messages, outbox, reactions, scopes
+from storage import access, messages, outbox, reactions, scopes, tasks
 from storage.outbox import LeasedRow
 from storage.pg import TrioConnection
 from storage.pool import Pool
+from storage.tasks import Assignment
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +54,41 @@ def backoff(attempts: int, settings: WorkerSettings, rng: random.Random) -> time
     """Exponential in the attempts made, capped, with up to 25 % jitter."""
     delay = min(settings.backoff_cap, settings.backoff_base * 2 ** max(attempts - 1, 0))
     return timedelta(seconds=delay * (1 + rng.random() / 4))
+
+
+def task_wake_frame(
+    activity_id: str, agent_id: str, found: Assignment, reason: str
+) -> tuple[str, bytes]:
+    """A framed ``deliver`` of a task assignment: the task as a card (no stored message)."""
+    task = found.task
+    wake_id = delivery_id(activity_id, agent_id)
+    actor = found.actor
+    card = MessageView(
+        id=activity_id,
+        scope_id=task.id,
+        seq=task.latest_seq,
+        global_seq=0,
+        author=AuthorView(
+            member_id=actor.id,
+            type=actor.type.value,
+            handle=actor.handle,
+            display_name=actor.display_name,
+        ),
+        message_type="task_assignment",
+        content=task.title,
+        created_at=rfc3339(found.at),
+        metadata={"taskId": task.id, "status": task.status, "description": task.description},
+    )
+    event = Deliver(
+        delivery_id=wake_id,
+        agent_id=agent_id,
+        target_key=task.id,
+        target_seq=task.latest_seq,
+        reason=reason,
+        message=card,
+        task_id=task.id,
+    )
+    return wake_id, frame(encode(event))
 
 
 class OutboxWorker:
@@ -104,8 +147,10 @@ class OutboxWorker:
             await outbox.finish(conn, row, self._owner, "failed", "unknown fanout type")
 
     async def _wake(self, conn: TrioConnection, row: LeasedRow) -> None:
-        assert row.message_id is not None
         assert row.target_member_id is not None
+        if row.message_id is None:
+            await self._task_wake(conn, row)
+            return
         reason = await outbox.wake_suppression(conn, row.message_id, row.target_member_id)
         if reason is not None:
             await outbox.finish(conn, row, self._owner, "suppressed", reason)
@@ -138,6 +183,48 @@ class OutboxWorker:
         self.pushed += 1
         if row.attempts >= row.max_attempts:
             await outbox.finish(conn, row, self._owner, "failed", outbox.NOT_ACKNOWLEDGED)
+            return
+        await outbox.reschedule(
+            conn,
+            row,
+            self._owner,
+            delay=backoff(row.attempts, self._settings, self._rng),
+            error=outbox.NOT_ACKNOWLEDGED,
+        )
+
+    async def _task_wake(self, conn: TrioConnection, row: LeasedRow) -> None:
+        """``worker_first_targeted``: an agent's task assignment, to exactly that
+        agent, unless it was unassigned since (docs/tasks.md)."""
+        agent = row.target_member_id
+        assert agent is not None
+        found = None
+        if (
+            row.task_id is not None
+            and row.event_ref_id is not None
+            and await tasks.still_assigned(conn, row.task_id, agent)
+        ):
+            found = await tasks.assignment(conn, row.task_id, row.event_ref_id)
+        if found is None:
+            await outbox.finish(conn, row, self._owner, "suppressed", "unassigned")
+            return
+        daemons = [s for s in self._hub.sessions_of(agent) if s.is_daemon]
+        if not daemons:
+            await outbox.reschedule(
+                conn,
+                row,
+                self._owner,
+                delay=self._settings.no_daemon_recheck,
+                error=None,
+                refund_attempt=True,
+            )
+            return
+        wake_id, wake = task_wake_frame(row.event_ref_id or "", agent, found, row.reason or "")
+        for session in daemons:
+            session.push_wake(wake_id, wake)
+        self.pushed += 1
+        status = "failed" if row.attempts >= row.max_attempts else None
+        if status is not None:
+            await outbox.finish(conn, row, self._owner, status, outbox.NOT_ACKNOWLEDGED)
             return
         await outbox.reschedule(
             conn,

@@ -456,6 +456,9 @@ class Deliver(_Frame, tag="deliver"):
     target_seq: int
     reason: str
     message: MessageView
+    # A task (un)assignment wake (``reason: task_assigned``): the task it is about;
+    # ``message`` is then the task as a card (docs/tasks.md), not a stored message.
+    task_id: str | None = None
 
 
 class ResumeState(Struct, rename="camel", kw_only=True):

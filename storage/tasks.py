@@ -87,7 +87,10 @@ UPDATE scope_fanout_outbox
 SET status = 'suppressed', suppressed_at = now(), suppression_reason = 'unassigned',
     lease_owner = NULL, lease_expires_at = NULL
 WHERE scope_id = %s AND target_member_id = %s AND event_ref_type = 'activity'
-  AND fanout_type = 'agent_wake' AND status = 'pending'
+  AND fanout_type = 'agent_wake' AND status IN ('pending', 'leased')
+"""
+SELECT_ACTIVITY = """
+SELECT a.actor_member_id, a.created_at FROM scope_activity_events a WHERE a.id = %s
 """
 STILL_ASSIGNED = """
 SELECT %s = ANY(assignee_ids) FROM scope_task_profiles WHERE scope_id = %s
@@ -206,7 +209,7 @@ async def _assignment(
             "activity_id": activity_id,
             "policy": ASSIGNMENT_WAKE_POLICY.value,
             "agent": member.id,
-            "key": f"task:{activity_id}:{member.id}",
+            "key": f"wake:{activity_id}:{member.id}",
             "payload": _json({"reason": ASSIGNED, "taskId": scope_id}),
         },
     )
@@ -349,3 +352,23 @@ async def list_tasks(
         cur = await conn.execute(sql, params)
         rows = await cur.fetchall()
     return [_task(row[:10], int(row[11])) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """An assignment wake's content: the task now, who assigned it and when."""
+
+    task: Task
+    actor: Member
+    at: datetime
+
+
+async def assignment(conn: TrioConnection, scope_id: str, activity_id: str) -> Assignment | None:
+    with map_errors():
+        cur = await conn.execute(SELECT_ACTIVITY, (activity_id,))
+        row = await cur.fetchone()
+    task = await get_task(conn, scope_id)
+    if row is None or task is None:
+        return None
+    actor = (await get_members(conn, [row[0]])).get(row[0])
+    return Assignment(task, actor, row[1]) if actor is not None else None

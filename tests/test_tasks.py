@@ -62,12 +62,14 @@ async def test_tasks_create_discuss_update_and_assignment_wakes(
         world = await World.create(node)
         ann, bob, eve = await world.members("ann", "bob", "eve")
         bot = await world.member("bot", MemberType.AGENT)
+        idle = await world.member("idle", MemberType.AGENT)
         pet = await world.member("pet", MemberType.AGENT, owner=ann, private=True)
         async with (
             world.client(ann) as a,
             world.client(bob) as b,
             world.client(eve) as e,
             world.client(pet, kind="daemon") as p,
+            world.client(bot, kind="daemon") as d,
         ):
             channel = (await a.request("createChannel", slug="ops", name="Ops"))["scopeId"]
             made = await a.request(
@@ -81,10 +83,14 @@ async def test_tasks_create_discuss_update_and_assignment_wakes(
             created = await b.events_until(lambda ev: ev["type"] == "taskUpdated", 5)
             assert created[-1]["changes"] == ["created"]
             assert created[-1]["assignees"] == [bob.id, bot.id]
-            # The assignment wake is written for the outbox worker, not pushed inline.
-            assert [(w[0], w[1], w[2]) for w in await _task_wakes(database_url, task_id)] == [
-                (bot.id, "worker_first_targeted", "pending")
+            # The assignment wake is written for the outbox worker, which delivers it once.
+            assert [(w[0], w[1]) for w in await _task_wakes(database_url, task_id)] == [
+                (bot.id, "worker_first_targeted")
             ]
+            woke = await d.events_until(lambda ev: ev["type"] == "deliver", 5)
+            assert (woke[-1]["reason"], woke[-1]["taskId"]) == ("task_assigned", task_id)
+            assert woke[-1]["message"]["content"] == "Ship it"
+            await d.request("ack", deliveryId=woke[-1]["deliveryId"])
 
             listed = await b.request("tasks", filter="assigned")
             assert [t["taskId"] for t in listed["tasks"]] == [task_id]
@@ -125,11 +131,16 @@ async def test_tasks_create_discuss_update_and_assignment_wakes(
                 assert events[-1]["changes"] == ["status"]
             assert not _of(await _quiet_events(e, QUIET), "taskUpdated")
 
-            # Unassigning the agent before the worker ran suppresses its wake.
+            # Unassigning an agent before the worker delivered suppresses its wake.
+            await a.request("updateTask", taskId=task_id, assignees=[bob.id, idle.id])
             await a.request("updateTask", taskId=task_id, assignees=[bob.id])
             wakes = await _task_wakes(database_url, task_id)
-            assert [(w[0], w[2]) for w in wakes] == [(bot.id, "suppressed")]
-            assert wakes[0][3] == {"reason": "task_assigned", "taskId": task_id}
+            assert [(w[0], w[2]) for w in wakes] == [
+                (bot.id, "delivered"),
+                (idle.id, "suppressed"),
+            ]
+            assert wakes[1][3] == {"reason": "task_assigned", "taskId": task_id}
+            assert not _of(await _quiet_events(d, QUIET), "deliver")
 
 
 async def test_crash_before_delivery_replays_discussion_to_frozen_recipients_once(

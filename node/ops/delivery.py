@@ -20,10 +20,10 @@ async def ack(ctx: Context, request: Ack) -> dict[str, Any]:
     message_part, _, agent_part = request.delivery_id.removeprefix("dlv_").partition(".")
     if not agent_part or f"mem_{agent_part}" != member.id:
         raise OperationError(ErrorCode.NOT_FOUND, "no such delivery", path="$.deliveryId")
+    # A task assignment's wake is named by its activity (``act_…``), a message's by the message.
+    ref = message_part if message_part.startswith("act_") else f"msg_{message_part}"
     async with ctx.services.pool.connection() as conn:
-        found = await outbox.ack_wake(
-            conn, wake_dedupe_key(f"msg_{message_part}", member.id), member.id
-        )
+        found = await outbox.ack_wake(conn, wake_dedupe_key(ref, member.id), member.id)
     if not found:
         raise OperationError(ErrorCode.NOT_FOUND, "no such delivery", path="$.deliveryId")
     return {}
