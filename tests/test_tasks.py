@@ -11,21 +11,33 @@ member added afterwards gets neither the message nor an unread for it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 import trio
 
 from actors.model import MemberType
-from node.client import Client, ClientError
+from node.client import Client, ClientError, open_daemon
 from storage.pg import connect
 from tests.nodes import World, running_node
 from tests.test_crash_recovery import serve_subprocess
 
 QUIET = 0.4
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 async def _quiet_events(client: Client, seconds: float) -> list[dict[str, Any]]:
@@ -141,6 +153,20 @@ async def test_tasks_create_discuss_update_and_assignment_wakes(
             ]
             assert wakes[1][3] == {"reason": "task_assigned", "taskId": task_id}
             assert not _of(await _quiet_events(d, QUIET), "deliver")
+
+        # examples/task_agent.py takes a task assigned to it, reports and finishes it.
+        worker = await world.member("worker", MemberType.AGENT)
+        agent = _example("task_agent")
+        async with world.client(ann) as a:
+            made = await a.create_task("Write docs", assignees=[worker.id])
+            url = f"{node.url}?workspace={world.workspace_id}"
+            async with open_daemon(url, worker.token, name="task-agent") as daemon:
+                with trio.fail_after(10):
+                    await agent.work_on(daemon, await daemon.next_wake())
+            done = await a.tasks("created", status="done")
+            assert [t["taskId"] for t in done] == [made["taskId"]]
+            history = await a.history(f"task:{made['taskId']}")
+            assert [m["content"] for m in history["messages"]] == ["On it.", "Done: Write docs"]
 
 
 async def test_crash_before_delivery_replays_discussion_to_frozen_recipients_once(
