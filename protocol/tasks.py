@@ -89,7 +89,9 @@ RESULTS: dict[str, str] = {
         " `not_found` at `$.assignees[i]`; another owner's private agent likewise;"
         " `forbidden` for a private agent creating a task, and for a `channelId` the"
         " caller cannot read. The task's members get `taskUpdated`; an assigned agent"
-        " gets a `deliver` with `reason: task_assigned`."
+        " gets a `deliver` with `reason: task_assigned`. With `channelId`, a task card"
+        " (`messageType: task_card`, `metadata.taskId`) is posted into the channel as the"
+        " creator's message (a human's title is moderated as a send)."
     ),
     "updateTask": (
         "`{task: TaskEntry}`. Any current member may change the status or the title; the"

@@ -92,6 +92,10 @@ async def test_tasks_create_discuss_update_and_assignment_wakes(
             )
             task_id = made["taskId"]
             assert made["scopeId"] == task_id
+            card = await a.events_until(lambda ev: ev["type"] == "message", 5)
+            assert card[-1]["scopeId"] == channel
+            assert card[-1]["message"]["messageType"] == "task_card"
+            assert card[-1]["message"]["metadata"]["taskId"] == task_id
             created = await b.events_until(lambda ev: ev["type"] == "taskUpdated", 5)
             assert created[-1]["changes"] == ["created"]
             assert created[-1]["assignees"] == [bob.id, bot.id]

@@ -12,18 +12,27 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from actors.model import Member, Membership, ScopeType
+import structlog
+import trio
+
+from actors.mentions import MentionMode
+from actors.model import Member, Membership, MemberType, ScopeType
 from actors.policy import can_assign, can_create_task, can_update_task, knows_member
+from actors.scope_state import SendCommand
 from node.ops.context import Context, member_of
+from node.ops.messages import check_moderation
 from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
-from protocol.frames import to_builtins
+from protocol.frames import SendResult, to_builtins
 from protocol.tasks import CreateTask, TaskEntry, Tasks, TaskUpdatedEvent, UpdateTask
 from storage import access, directory, scopes
 from storage import tasks as task_store
 from storage.tasks import Task, TaskChange
 
 TASK_ID = "$.taskId"
+TASK_CARD = "task_card"
+CARD_WAIT_S = 5.0
+log = structlog.get_logger(__name__)
 
 
 def _forbidden(reason: str, message: str) -> OperationError:
@@ -75,6 +84,9 @@ async def create_task(ctx: Context, request: CreateTask) -> dict[str, Any]:
         raise _forbidden(allowed.reason, "private agents cannot create tasks")
     assignees = await _assignees(ctx, member, request.assignees)
     channel_id = await _linked_channel(ctx, member, request.channel_id)
+    if channel_id is not None and member.type is MemberType.HUMAN:
+        # The card carries the title into the channel: a human's words, moderated as such.
+        await check_moderation(ctx.services, member, f"scope:{channel_id}", request.title)
     async with ctx.services.pool.connection() as conn:
         task = await task_store.create_task(
             conn,
@@ -85,7 +97,37 @@ async def create_task(ctx: Context, request: CreateTask) -> dict[str, Any]:
             channel_id=channel_id,
         )
     await _publish(ctx, task, ["created"], member, ())
+    if channel_id is not None:
+        await _post_card(ctx, member, task, channel_id)
     return {"taskId": task.id, "scopeId": task.id}
+
+
+async def _post_card(ctx: Context, member: Member, task: Task, channel_id: str) -> None:
+    """The task card in the channel it came from: an ordinary send of the creator
+    (the channel's send path and its named policies), ``messageType: task_card``.
+    Its title wakes no one (mentions in it are inert, as in a forward)."""
+    answered = trio.Event()
+    outcome: list[SendResult | OperationError] = []
+
+    def reply(result: SendResult | OperationError) -> None:
+        outcome.append(result)
+        answered.set()
+
+    cmd = SendCommand(
+        author=member,
+        content=f"Task: {task.title}",
+        client_message_id=f"task-card:{task.id}",
+        reply=reply,
+        message_type=TASK_CARD,
+        mention_mode=MentionMode.MULTI_FORWARD,
+        metadata={"taskId": task.id, "title": task.title},
+    )
+    await ctx.services.registry.submit(channel_id, cmd)
+    with trio.move_on_after(CARD_WAIT_S):
+        await answered.wait()
+    if not outcome or isinstance(outcome[0], OperationError):
+        # The task stands without its card (the channel refused or was slow).
+        log.warning("task_card_not_posted", task_id=task.id, outcome=repr(outcome[:1]))
 
 
 async def _task_of(ctx: Context, member: Member, task_id: str) -> Membership | None:
