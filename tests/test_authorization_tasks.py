@@ -137,7 +137,7 @@ async def _answer(cast: TaskCast, op: str, actor: str) -> str:
         kept = [p["assignee"].id, p["agent"].id, p["outsider"].id]
         wire, fields = "updateTask", {"taskId": task_id, "assignees": kept}
     elif op == "tasks":
-        fields = {"filter": "mine"}
+        fields = {"filter": "mine", "limit": 200}  # every cell made one: all on one page
     elif op in ("send", "history"):
         fields = {"target": f"task:{task_id}"}
         if op == "send":
