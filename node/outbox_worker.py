@@ -17,23 +17,15 @@ import structlog
 import trio
 
 from actors.model import StoredMessage
-from node.hub import Hub, delivery_id, wake_frame
-from node.views import rfc3339, stored_message_view
+from node.hub import Hub, wake_frame
+from node.views import stored_message_view, task_wake
 from protocol.codec import encode
-from protocol.frames import (
-    AuthorView,
-    Deliver,
-    MessageDeletedEvent,
-    MessageEvent,
-    MessageUpdatedEvent,
-    MessageView,
-)
+from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
 from protocol.wsframes import frame
 from storage import access, messages, outbox, reactions, scopes, tasks
 from storage.outbox import LeasedRow
 from storage.pg import TrioConnection
 from storage.pool import Pool
-from storage.tasks import Assignment
 
 log = structlog.get_logger(__name__)
 
@@ -54,41 +46,6 @@ def backoff(attempts: int, settings: WorkerSettings, rng: random.Random) -> time
     """Exponential in the attempts made, capped, with up to 25 % jitter."""
     delay = min(settings.backoff_cap, settings.backoff_base * 2 ** max(attempts - 1, 0))
     return timedelta(seconds=delay * (1 + rng.random() / 4))
-
-
-def task_wake_frame(
-    activity_id: str, agent_id: str, found: Assignment, reason: str
-) -> tuple[str, bytes]:
-    """A framed ``deliver`` of a task assignment: the task as a card (no stored message)."""
-    task = found.task
-    wake_id = delivery_id(activity_id, agent_id)
-    actor = found.actor
-    card = MessageView(
-        id=activity_id,
-        scope_id=task.id,
-        seq=task.latest_seq,
-        global_seq=0,
-        author=AuthorView(
-            member_id=actor.id,
-            type=actor.type.value,
-            handle=actor.handle,
-            display_name=actor.display_name,
-        ),
-        message_type="task_assignment",
-        content=task.title,
-        created_at=rfc3339(found.at),
-        metadata={"taskId": task.id, "status": task.status, "description": task.description},
-    )
-    event = Deliver(
-        delivery_id=wake_id,
-        agent_id=agent_id,
-        target_key=task.id,
-        target_seq=task.latest_seq,
-        reason=reason,
-        message=card,
-        task_id=task.id,
-    )
-    return wake_id, frame(encode(event))
 
 
 class OutboxWorker:
@@ -218,7 +175,8 @@ class OutboxWorker:
                 refund_attempt=True,
             )
             return
-        wake_id, wake = task_wake_frame(row.event_ref_id or "", agent, found, row.reason or "")
+        wake_id, event = task_wake(row.event_ref_id or "", agent, found, row.reason or "")
+        wake = frame(encode(event))
         for session in daemons:
             session.push_wake(wake_id, wake)
         self.pushed += 1

@@ -92,6 +92,14 @@ WHERE scope_id = %s AND target_member_id = %s AND event_ref_type = 'activity'
 SELECT_ACTIVITY = """
 SELECT a.actor_member_id, a.created_at FROM scope_activity_events a WHERE a.id = %s
 """
+PENDING_ASSIGNMENTS = """
+SELECT o.scope_id, o.event_ref_id, coalesce(o.payload->>'reason', '')
+FROM scope_fanout_outbox o
+WHERE o.target_member_id = %s AND o.fanout_type = 'agent_wake' AND o.event_ref_type = 'activity'
+  AND (o.status IN ('pending', 'leased') OR (o.status = 'failed' AND o.last_error = %s))
+ORDER BY o.id
+LIMIT %s
+"""
 STILL_ASSIGNED = """
 SELECT %s = ANY(assignee_ids) FROM scope_task_profiles WHERE scope_id = %s
 """
@@ -372,3 +380,13 @@ async def assignment(conn: TrioConnection, scope_id: str, activity_id: str) -> A
         return None
     actor = (await get_members(conn, [row[0]])).get(row[0])
     return Assignment(task, actor, row[1]) if actor is not None else None
+
+
+async def pending_assignments(
+    conn: TrioConnection, agent_id: str, gave_up: str, limit: int
+) -> list[tuple[str, str, str]]:
+    """An agent's unacknowledged assignment wakes, oldest first: (task, activity, reason)."""
+    with map_errors():
+        cur = await conn.execute(PENDING_ASSIGNMENTS, (agent_id, gave_up, limit))
+        rows = await cur.fetchall()
+    return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]

@@ -158,6 +158,16 @@ async def test_tasks_create_discuss_update_and_assignment_wakes(
             assert wakes[1][3] == {"reason": "task_assigned", "taskId": task_id}
             assert not _of(await _quiet_events(d, QUIET), "deliver")
 
+        # An agent that connects later gets its pending assignment at connect.
+        late = await world.member("late", MemberType.AGENT)
+        async with world.client(ann) as a:
+            later = await a.create_task("Later", assignees=[late.id])
+        await _hold_back_worker(database_url, later["taskId"])
+        async with world.client(late, kind="daemon") as d:
+            woke = await d.events_until(lambda ev: ev["type"] == "deliver", 5)
+            assert (woke[-1]["reason"], woke[-1]["taskId"]) == ("task_assigned", later["taskId"])
+            await d.request("ack", deliveryId=woke[-1]["deliveryId"])
+
         # examples/task_agent.py takes a task assigned to it, reports and finishes it.
         worker = await world.member("worker", MemberType.AGENT)
         agent = _example("task_agent")
@@ -218,3 +228,13 @@ async def _make_due(database_url: str, message_id: str) -> tuple[Any, ...]:
             (message_id,),
         )
         return tuple(await cur.fetchone() or (None, None, None))
+
+
+async def _hold_back_worker(database_url: str, task_id: str) -> None:
+    """Keep the outbox worker off a task's wakes: only the connect can deliver them."""
+    async with await connect(database_url, autocommit=True) as conn:
+        await conn.execute(
+            "UPDATE scope_fanout_outbox SET next_attempt_at = now() + interval '1 hour'"
+            " WHERE scope_id = %s",
+            (task_id,),
+        )
