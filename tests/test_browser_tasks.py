@@ -88,5 +88,13 @@ def hand_over(browser: Browser, node: RunningNode, ann: Person, bob: Person) -> 
     expect(messages(author).filter(has_text="Drafted, please review")).to_have_count(1)
     send(author, "Looks good")
     expect(messages(assignee).filter(has_text="Looks good")).to_have_count(1)
+
+    # The task's card in #general opens the task.
+    conversation(assignee, "#general").click()
+    card = messages(assignee).filter(has_text="Task: Release notes for 2.0")
+    expect(card).to_have_count(1)
+    card.hover()
+    card.get_by_role("button", name="Open task").click()
+    expect(bob_status).to_have_value("done")
     ann_context.close()
     bob_context.close()
