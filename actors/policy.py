@@ -133,10 +133,13 @@ def can_join(scope: ScopeInfo, member: Member) -> Decision:
 
 
 def can_leave(scope: ScopeInfo) -> Decision:
-    """``leave``: anywhere but a DM, whose two members are fixed, and a service
-    account's conversation, whose audience is every human (who may mute it)."""
+    """``leave``: anywhere but a DM, whose two members are fixed, a service
+    account's conversation, whose audience is every human (who may mute it),
+    and a task, whose members follow its assignees (``updateTask``)."""
     if scope.type is ScopeType.DM:
         return Decision(False, "dm_fixed_membership")
+    if scope.type is ScopeType.TASK:
+        return Decision(False, "task_membership_by_assignment")
     if scope.type is ScopeType.SERVICE_ACCOUNT:
         return Decision(False, "service_audience_fixed")
     return Decision(True, "member_leaves")

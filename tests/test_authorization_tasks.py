@@ -47,6 +47,7 @@ TASK_OPS: dict[str, str] = {
     "send": "`send` a text message to `task:<id>`",
     "history": "`history` of `task:<id>`",
     "markRead": "`markRead` of the task, seq 1",
+    "leave": "`leave` the task (membership follows assignment: `updateTask` instead)",
 }
 # fmt: off
 TASK_MATRIX: dict[str, tuple[str, ...]] = {
@@ -60,6 +61,7 @@ TASK_MATRIX: dict[str, tuple[str, ...]] = {
     "send":                            (OK,    OK,      OK,   F,     NF,      NF,     OK,       NF),
     "history":                         (OK,    OK,      OK,   F,     NF,      NF,     OK,       NF),
     "markRead":                        (OK,    OK,      OK,   F,     NF,      NF,     OK,       NF),
+    "leave":                           (F,     F,       F,    F,     NF,      NF,     F,        NF),
 }
 # fmt: on
 
@@ -70,7 +72,8 @@ Tasks (docs/tasks.md) are private scopes: a task exists only for its members
 changes the status and the title; the creator and the assignees also change
 the assignees; a private agent member changes the status only. A private
 agent is assigned only by its owner (anyone else names no such member) and
-creates no task. Discussion (`send`, `history`, `markRead` on `task:<id>`)
+creates no task. Nobody `leave`s a task: its members follow its assignees.
+Discussion (`send`, `history`, `markRead` on `task:<id>`)
 needs a current membership, as in a channel."""
 
 
@@ -142,6 +145,8 @@ async def _answer(cast: TaskCast, op: str, actor: str) -> str:
         fields = {"target": f"task:{task_id}"}
         if op == "send":
             fields |= {"content": "hi", "clientMessageId": f"c{next(cast.ids)}"}
+    elif op == "leave":
+        fields = {"scopeId": task_id}
     else:
         fields = {"scopeId": task_id, "seq": 1}
         if op == "markRead":
