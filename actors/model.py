@@ -42,8 +42,12 @@ class DeliveryPolicy(enum.StrEnum):
     """The committed-delivery policies an outbox row can name (docs/design.md#delivery).
 
     Sends' realtime and wake rows, and edits' wake rows, are ``INLINE_ORDINARY``;
-    an edit's or delete's projection row is ``WORKER_FIRST_MUTATION``. The
-    other three are allowed by the schema and written by nothing.
+    an edit's or delete's projection row is ``WORKER_FIRST_MUTATION``; a task
+    discussion message's realtime row is ``INLINE_TARGETED`` (recipients frozen
+    at send) and a task assignment's agent wake ``WORKER_FIRST_TARGETED``
+    (docs/tasks.md). ``AUTONOMOUS_STORE_RECOVERABLE`` is allowed by the schema
+    and written by nothing. Each producer names its policy where it makes the
+    row (tests/test_delivery_policies.py lists them).
     """
 
     INLINE_ORDINARY = "inline_ordinary"

@@ -63,6 +63,8 @@ class ScopeContext(msgspec.Struct, frozen=True):
     roster_generation: int = 0
     # A DM: every message in it is addressed to the other member.
     dm: bool = False
+    # A task: its messages are discussion, delivered to recipients frozen at send.
+    task: bool = False
 
     def roster(self) -> list[str]:
         """Potential readers: members of the scope, and for a thread the parent's
@@ -147,6 +149,19 @@ class OutboxEvent(msgspec.Struct, frozen=True):
     delivery_policy: DeliveryPolicy
     target_member_id: str | None = None
     reason: str | None = None
+    # ``inline_targeted``: the readers frozen in the send transaction, with their
+    # notification state then; a replay goes to exactly these (docs/tasks.md).
+    recipients: tuple[tuple[str, str], ...] | None = None
+
+
+TASK_DISCUSSION = "task_discussion"
+# The policy of each row a send produces (named here, where the rows are made).
+SEND_REALTIME_POLICY = DeliveryPolicy.INLINE_ORDINARY
+SEND_WAKE_POLICY = DeliveryPolicy.INLINE_ORDINARY
+TASK_DISCUSSION_POLICY = DeliveryPolicy.INLINE_TARGETED
+EDIT_PROJECTION_POLICY = DeliveryPolicy.WORKER_FIRST_MUTATION
+EDIT_WAKE_POLICY = DeliveryPolicy.INLINE_ORDINARY
+DELETE_PROJECTION_POLICY = DeliveryPolicy.WORKER_FIRST_MUTATION
 
 
 class MessagePlan(msgspec.Struct, frozen=True):
@@ -321,12 +336,12 @@ def plan_message(
             explain.append(RecipientExplain(member_id, True, False, wake_reason))
     readers.add(author.id)
     hidden, former = _unnamed(vis, author, (r.member_id for r in explain), admissions)
-    outbox = [OutboxEvent("realtime", f"rt:{intent.message_id}", DeliveryPolicy.INLINE_ORDINARY)]
+    outbox = [_realtime_row(intent, scope, readers)]
     outbox += [
         OutboxEvent(
             "agent_wake",
             f"wake:{intent.message_id}:{member_id}",
-            DeliveryPolicy.INLINE_ORDINARY,
+            SEND_WAKE_POLICY,
             member_id,
             reason,
         )
@@ -350,6 +365,19 @@ def plan_message(
         ),
         expected_generation=scope.roster_generation,
     )
+
+
+def _realtime_row(intent: MessageIntent, scope: ScopeContext, readers: set[str]) -> OutboxEvent:
+    """A send's realtime row: a task's discussion freezes its recipients
+    (``inline_targeted``); any other send replays to whoever reads it then."""
+    key = f"rt:{intent.message_id}"
+    if not scope.task:
+        return OutboxEvent("realtime", key, SEND_REALTIME_POLICY)
+    frozen = tuple(
+        (member_id, scope.notification.get(member_id, NotificationState.ACTIVE).value)
+        for member_id in sorted(readers)
+    )
+    return OutboxEvent("realtime", key, TASK_DISCUSSION_POLICY, recipients=frozen)
 
 
 def _unnamed(
@@ -523,7 +551,7 @@ def plan_edit(
         OutboxEvent(
             "mutation",
             f"edit:{stored.id}:{message.revision}",
-            DeliveryPolicy.WORKER_FIRST_MUTATION,
+            EDIT_PROJECTION_POLICY,
             reason="edit",
         )
     ]
@@ -531,7 +559,7 @@ def plan_edit(
         OutboxEvent(
             "agent_wake",
             f"wake:{stored.id}:{member_id}",
-            DeliveryPolicy.INLINE_ORDINARY,
+            EDIT_WAKE_POLICY,
             member_id,
             reason,
         )
@@ -555,9 +583,7 @@ def plan_delete(
     """Turn ``stored`` into a tombstone; its readers are told, nobody is woken."""
     message = msgspec.structs.replace(stored, content="", metadata={}, mentions=(), deleted_at=at)
     outbox = (
-        OutboxEvent(
-            "mutation", f"delete:{stored.id}", DeliveryPolicy.WORKER_FIRST_MUTATION, reason="delete"
-        ),
+        OutboxEvent("mutation", f"delete:{stored.id}", DELETE_PROJECTION_POLICY, reason="delete"),
     )
     return MutationPlan(
         "delete",

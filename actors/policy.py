@@ -133,10 +133,13 @@ def can_join(scope: ScopeInfo, member: Member) -> Decision:
 
 
 def can_leave(scope: ScopeInfo) -> Decision:
-    """``leave``: anywhere but a DM, whose two members are fixed, and a service
-    account's conversation, whose audience is every human (who may mute it)."""
+    """``leave``: anywhere but a DM, whose two members are fixed, a service
+    account's conversation, whose audience is every human (who may mute it),
+    and a task, whose members follow its assignees (``updateTask``)."""
     if scope.type is ScopeType.DM:
         return Decision(False, "dm_fixed_membership")
+    if scope.type is ScopeType.TASK:
+        return Decision(False, "task_membership_by_assignment")
     if scope.type is ScopeType.SERVICE_ACCOUNT:
         return Decision(False, "service_audience_fixed")
     return Decision(True, "member_leaves")
@@ -307,10 +310,11 @@ def thread_admission(
 
 
 def can_edit(ctx: VisibilityContext, editor: Member, author_id: str, message_type: str) -> Decision:
-    """``edit``: the author, of a ``text`` message, while it may still post here."""
+    """``edit``: the author, of a ``text`` message (or a task's discussion message),
+    while it may still post here."""
     if editor.id != author_id:
         return Decision(False, "not_author")
-    if message_type != "text":
+    if message_type not in ("text", "task_discussion"):
         return Decision(False, "not_text_message")
     posting = can_post(ctx, editor)
     if not posting:
@@ -420,3 +424,44 @@ def reaction_wakes(
         and notification is NotificationState.AUTO_WAKE
         and sees_reaction(author, reactor)
     )
+
+
+# ---------------------------------------------------------------- task rules (docs/tasks.md)
+
+
+def can_create_task(creator: Member) -> Decision:
+    """Humans and public agents create tasks; a private agent acts only inside its owner's."""
+    if creator.is_private_agent:
+        return Decision(False, "private_agent_never_creates_tasks")
+    return Decision(True, "creator")
+
+
+def can_assign(actor: Member, assignee: Member) -> Decision:
+    """Anyone the actor may name, but a private agent only by its owner (as with invites)."""
+    if assignee.is_private_agent and assignee.owner_member_id != actor.id:
+        return Decision(False, "not_agent_owner")
+    return Decision(True, "assignable")
+
+
+def can_update_task(
+    actor: Member,
+    *,
+    member: Membership | None,
+    creator_id: str,
+    assignees: Collection[str],
+    reassigns: bool,
+    retitles: bool,
+) -> Decision:
+    """``updateTask``: a current member changes status and title; the creator and the
+    assignees who are public members also change the assignees. A private agent
+    member changes the status only: its membership is its owner's choice, not a
+    say over who else works on the task."""
+    if member is None:
+        return Decision(False, "not_member")
+    if member.is_private:
+        if reassigns or retitles:
+            return Decision(False, "private_agent_status_only")
+        return Decision(True, "private_member_status")
+    if reassigns and actor.id != creator_id and actor.id not in assignees:
+        return Decision(False, "not_creator_or_assignee")
+    return Decision(True, "member")

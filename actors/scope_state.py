@@ -30,7 +30,13 @@ from actors.model import (
     ScopeSnapshot,
     ScopeType,
 )
-from actors.planner import MessageIntent, MessagePlan, ScopeContext, plan_message
+from actors.planner import (
+    TASK_DISCUSSION,
+    MessageIntent,
+    MessagePlan,
+    ScopeContext,
+    plan_message,
+)
 from actors.policy import ThreadFacts, can_author_in, can_post, thread_admission
 from actors.ports import CommittedSend, ThreadActivity
 from actors.send_rules import CHUNK_SUFFIX, recipient_authority_error
@@ -119,6 +125,13 @@ def payload_digest(scope_id: str, cmd: SendCommand) -> bytes:
         ]
     )
     return hashlib.sha256(canonical).digest()
+
+
+def stored_message_type(scope_type: ScopeType, message_type: str) -> str:
+    """What a client's ``text`` is stored as: a task's messages are its discussion."""
+    if scope_type is ScopeType.TASK and message_type == "text":
+        return TASK_DISCUSSION
+    return message_type
 
 
 class ScopeState:
@@ -211,6 +224,7 @@ class ScopeState:
             self.thread,
             self.roster_generation,
             dm=self.scope.type is ScopeType.DM,
+            task=self.scope.type is ScopeType.TASK,
         )
 
     def roster_changed(self, generation: int) -> None:
@@ -346,7 +360,7 @@ class ScopeState:
             workspace_id=self.scope.workspace_id,
             message_id=new_id("msg"),
             content=cmd.content,
-            message_type=cmd.message_type,
+            message_type=stored_message_type(self.scope.type, cmd.message_type),
             client_message_id=cmd.client_message_id,
             digest=digest,
             created_at=now,

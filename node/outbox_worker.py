@@ -16,12 +16,13 @@ from datetime import timedelta
 import structlog
 import trio
 
+from actors.model import StoredMessage
 from node.hub import Hub, wake_frame
-from node.views import stored_message_view
+from node.views import stored_message_view, task_wake
 from protocol.codec import encode
 from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
 from protocol.wsframes import frame
-from storage import access, messages, outbox, reactions, scopes
+from storage import access, messages, outbox, reactions, scopes, tasks
 from storage.outbox import LeasedRow
 from storage.pg import TrioConnection
 from storage.pool import Pool
@@ -103,8 +104,10 @@ class OutboxWorker:
             await outbox.finish(conn, row, self._owner, "failed", "unknown fanout type")
 
     async def _wake(self, conn: TrioConnection, row: LeasedRow) -> None:
-        assert row.message_id is not None
         assert row.target_member_id is not None
+        if row.message_id is None:
+            await self._task_wake(conn, row)
+            return
         reason = await outbox.wake_suppression(conn, row.message_id, row.target_member_id)
         if reason is not None:
             await outbox.finish(conn, row, self._owner, "suppressed", reason)
@@ -146,12 +149,57 @@ class OutboxWorker:
             error=outbox.NOT_ACKNOWLEDGED,
         )
 
+    async def _task_wake(self, conn: TrioConnection, row: LeasedRow) -> None:
+        """``worker_first_targeted``: an agent's task assignment, to exactly that
+        agent, unless it was unassigned since (docs/tasks.md)."""
+        agent = row.target_member_id
+        assert agent is not None
+        found = None
+        if (
+            row.task_id is not None
+            and row.event_ref_id is not None
+            and await tasks.still_assigned(conn, row.task_id, agent)
+        ):
+            found = await tasks.assignment(conn, row.task_id, row.event_ref_id)
+        if found is None:
+            await outbox.finish(conn, row, self._owner, "suppressed", "unassigned")
+            return
+        daemons = [s for s in self._hub.sessions_of(agent) if s.is_daemon]
+        if not daemons:
+            await outbox.reschedule(
+                conn,
+                row,
+                self._owner,
+                delay=self._settings.no_daemon_recheck,
+                error=None,
+                refund_attempt=True,
+            )
+            return
+        wake_id, event = task_wake(row.event_ref_id or "", agent, found, row.reason or "")
+        wake = frame(encode(event))
+        for session in daemons:
+            session.push_wake(wake_id, wake)
+        self.pushed += 1
+        status = "failed" if row.attempts >= row.max_attempts else None
+        if status is not None:
+            await outbox.finish(conn, row, self._owner, status, outbox.NOT_ACKNOWLEDGED)
+            return
+        await outbox.reschedule(
+            conn,
+            row,
+            self._owner,
+            delay=backoff(row.attempts, self._settings, self._rng),
+            error=outbox.NOT_ACKNOWLEDGED,
+        )
+
     async def _replay(self, conn: TrioConnection, row: LeasedRow) -> None:
         """A realtime row never marked delivered: push to connected readers, no unread rebuild."""
         assert row.message_id is not None
         message = await messages.get_message(conn, row.message_id)
         info = await scopes.get_scope(conn, row.scope_id) if message is not None else None
-        if message is not None and info is not None:
+        if message is not None and row.recipients is not None:
+            self._replay_frozen(row, message, row.recipients)
+        elif message is not None and info is not None:
             for listing in await scopes.current_members(conn, row.scope_id):
                 sessions = self._hub.sessions_of(listing.member.id)
                 if not sessions:
@@ -176,6 +224,23 @@ class OutboxWorker:
                         session.deliver_events(row.scope_id, [(message.seq, frame(payload))])
                         self.pushed += 1
         await outbox.finish(conn, row, self._owner, "delivered")
+
+    def _replay_frozen(
+        self, row: LeasedRow, message: StoredMessage, recipients: list[list[str]]
+    ) -> None:
+        """``inline_targeted``: exactly the readers frozen when the send committed
+        (docs/tasks.md), whoever joined or left since. The notification state
+        frozen with each decides nothing here: like the inline push, a replay
+        reaches every reader's sessions."""
+        for member_id, _state in recipients:
+            sessions = self._hub.sessions_of(member_id)
+            if not sessions:
+                continue
+            view = stored_message_view(message, member_id)
+            payload = encode(MessageEvent(scope_id=row.scope_id, message=view))
+            for session in sessions:
+                session.deliver_events(row.scope_id, [(message.seq, frame(payload))])
+                self.pushed += 1
 
     async def _project(self, conn: TrioConnection, row: LeasedRow) -> None:
         """An edit or delete whose projection was never marked delivered (the node

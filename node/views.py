@@ -12,9 +12,10 @@ from actors.model import Member, StoredMessage
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend
 from actors.sources import VIEW_KIND
-from protocol.frames import AuthorView, MemberView, MessageView
+from protocol.frames import AuthorView, Deliver, MemberView, MessageView
 from storage.applier import message_metadata
 from storage.sources import pending
+from storage.tasks import Assignment
 
 
 def rfc3339(at: datetime) -> str:
@@ -134,3 +135,40 @@ def without_recipients(view: MessageView) -> MessageView:
     message's private metadata (a recipient, the authorising manager)."""
     metadata = {k: v for k, v in view.metadata.items() if k not in _PRIVATE_METADATA}
     return msgspec.structs.replace(view, metadata=metadata)
+
+
+def task_wake(
+    activity_id: str, agent_id: str, found: Assignment, reason: str
+) -> tuple[str, Deliver]:
+    """The ``deliver`` of a task assignment, with its delivery id: the task as a
+    card (no stored message; docs/tasks.md)."""
+    task = found.task
+    # Named like a message wake (``dlv_<ref>.<agent>``): ``ack`` finds it by its activity id.
+    wake_id = f"dlv_{activity_id}.{agent_id.removeprefix('mem_')}"
+    actor = found.actor
+    card = MessageView(
+        id=activity_id,
+        scope_id=task.id,
+        seq=task.latest_seq,
+        global_seq=0,
+        author=AuthorView(
+            member_id=actor.id,
+            type=actor.type.value,
+            handle=actor.handle,
+            display_name=actor.display_name,
+        ),
+        message_type="task_assignment",
+        content=task.title,
+        created_at=rfc3339(found.at),
+        metadata={"taskId": task.id, "status": task.status, "description": task.description},
+    )
+    event = Deliver(
+        delivery_id=wake_id,
+        agent_id=agent_id,
+        target_key=task.id,
+        target_seq=task.latest_seq,
+        reason=reason,
+        message=card,
+        task_id=task.id,
+    )
+    return wake_id, event

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from msgspec import inspect
 
-from protocol import admin, frames, presence, services
+from protocol import admin, frames, presence, services, tasks
 from protocol.errors import CloseCode, ErrorCode
 
 INTRO = """\
@@ -277,6 +277,7 @@ RESULTS: dict[str, str] = {
 # The admin ops' results live beside their frames.
 RESULTS |= admin.results()
 RESULTS |= services.results()
+RESULTS |= tasks.RESULTS
 
 # Per server frame: when it is sent.
 EVENTS: dict[str, str] = {
@@ -531,10 +532,11 @@ def render() -> str:
         presence.TypingEvent,
         presence.PresenceEvent,
         frames.MemberUpdatedEvent,
+        tasks.TaskUpdatedEvent,
     ]
     for cls in server:
         tag = _tag(cls)
-        out += [f"### `{tag}`", "", EVENTS[tag], ""]
+        out += [f"### `{tag}`", "", {**EVENTS, **tasks.EVENTS}[tag], ""]
         out += table(cls)
         out.append("")
     out += ["## Shared objects", ""]
@@ -554,6 +556,7 @@ def render() -> str:
         frames.PersonEntry,
         admin.AdminMemberEntry,
         admin.AdminInviteEntry,
+        tasks.TaskEntry,
     ]
     for cls in shared:
         out += [f"### `{cls.__name__}`", ""]

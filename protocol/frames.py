@@ -17,6 +17,7 @@ from msgspec import Meta, Struct
 from protocol.admin import AdminRequest
 from protocol.presence import PresenceList, SetPresence, Typing
 from protocol.services import ServicePost
+from protocol.tasks import CreateTask, Tasks, UpdateTask
 
 RequestId = int | str
 # A bigint column holds every seq and count: a larger one is refused at the door.
@@ -291,6 +292,9 @@ ClientFrame = (
     | PresenceList
     | UpdateProfile
     | ServicePost
+    | CreateTask
+    | UpdateTask
+    | Tasks
 )
 Request = (
     Send
@@ -319,6 +323,9 @@ Request = (
     | PresenceList
     | UpdateProfile
     | ServicePost
+    | CreateTask
+    | UpdateTask
+    | Tasks
 )
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__
@@ -449,6 +456,9 @@ class Deliver(_Frame, tag="deliver"):
     target_seq: int
     reason: str
     message: MessageView
+    # A task (un)assignment wake (``reason: task_assigned``): the task it is about;
+    # ``message`` is then the task as a card (docs/tasks.md), not a stored message.
+    task_id: str | None = None
 
 
 class ResumeState(Struct, rename="camel", kw_only=True):

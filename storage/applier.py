@@ -195,11 +195,12 @@ def _writes(v: _Values, *, dedupe_key: str = "o.dedupe_key") -> str:
         delivery_policy, target_member_id, target_seq, dedupe_key, payload, next_attempt_at)
     SELECT {v.workspace_id}, {v.scope_id}, {v.message_id}, 'message', {v.message_id},
         o.fanout_type, o.policy, o.target, {v.seq}, {dedupe_key},
-        jsonb_build_object('reason', o.reason),
+        jsonb_strip_nulls(jsonb_build_object('reason', o.reason, 'recipients', o.recipients)),
         {v.created_at} + CASE o.fanout_type
             WHEN 'agent_wake' THEN %(wake_retry_after)s ELSE %(replay_after)s END
     FROM {v.rows}, jsonb_to_recordset({v.outbox})
-        AS o(fanout_type text, policy text, target text, dedupe_key text, reason text)
+        AS o(fanout_type text, policy text, target text, dedupe_key text, reason text,
+             recipients jsonb)
 ), sources AS (
     INSERT INTO scope_message_sources (
         target_scope_id, message_id, ordinal, source_scope_id, source_seq, source_message_id,
@@ -492,6 +493,7 @@ def _outbox(plan: MessagePlan) -> list[dict[str, Any]]:
             "target": o.target_member_id,
             "dedupe_key": o.dedupe_key,
             "reason": o.reason,
+            "recipients": [list(r) for r in o.recipients] if o.recipients is not None else None,
         }
         for o in plan.outbox
     ]

@@ -68,7 +68,8 @@ SET status = 'leased', lease_owner = %(owner)s, lease_expires_at = now() + %(lea
     attempts = o.attempts + 1
 FROM due WHERE o.id = due.id
 RETURNING o.id, o.scope_id, o.message_id, o.fanout_type, o.target_member_id, o.target_seq,
-          o.dedupe_key, o.payload->>'reason', o.attempts, o.max_attempts
+          o.dedupe_key, o.payload->>'reason', o.attempts, o.max_attempts,
+          o.payload->'recipients', o.payload->>'taskId', o.event_ref_id
 """
 RESCHEDULE = """
 UPDATE scope_fanout_outbox
@@ -150,6 +151,11 @@ class LeasedRow:
     reason: str | None
     attempts: int
     max_attempts: int
+    # ``inline_targeted`` rows: [[member id, notification state]] frozen at send.
+    recipients: list[list[str]] | None = None
+    # Task activity wakes (no message): the task they are about, and the activity.
+    task_id: str | None = None
+    event_ref_id: str | None = None
 
 
 async def mark_delivered(conn: TrioConnection, dedupe_keys: Sequence[str]) -> int:

@@ -36,6 +36,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (14, "growing_lookups", "schema_v14_growing_lookups.sql"),
     (15, "invites", "schema_v15_invites.sql"),
     (16, "avatar_color", "schema_v16_avatar_color.sql"),
+    (17, "tasks", "schema_v17_tasks.sql"),
     (18, "services", "schema_v18_services.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators

@@ -140,7 +140,7 @@ UPDATE scopes SET roster_generation = roster_generation + 1 WHERE id = %s
 RETURNING roster_generation
 """
 SELECT_MEMBER_SCOPES = """
-SELECT s.id, s.type, p.slug, coalesce(p.display_name, svc.display_name), s.latest_seq,
+SELECT s.id, s.type, p.slug, coalesce(p.display_name, svc.display_name, t.title), s.latest_seq,
        m.last_read_seq, coalesce(n.state, 'active'),
        (SELECT count(*) FROM scope_messages x
         WHERE x.scope_id = s.id AND x.seq > m.last_read_seq
@@ -150,6 +150,8 @@ FROM scope_memberships m
 JOIN scopes s ON s.id = m.scope_id
 LEFT JOIN scope_channel_profiles p ON p.scope_id = s.id
 LEFT JOIN members svc ON s.type = 'service_account' AND svc.id = s.created_by_member_id
+-- A task's name is its title (docs/tasks.md).
+LEFT JOIN scope_task_profiles t ON t.scope_id = s.id
 LEFT JOIN scope_notification_settings n ON n.scope_id = s.id AND n.member_id = m.member_id
 WHERE m.member_id = %s AND m.effective_to_seq IS NULL AND s.type <> 'workflow'
 ORDER BY s.latest_message_at DESC NULLS LAST, s.id

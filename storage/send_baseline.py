@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from actors.planner import SEND_REALTIME_POLICY
 from storage.applier import (
     REPLAY_AFTER,
     SEND_TYPES,
@@ -106,7 +107,7 @@ async def baseline_values(conn: TrioConnection) -> dict[str, Any]:
             [
                 {
                     "fanout_type": "realtime",
-                    "policy": "inline_ordinary",
+                    "policy": SEND_REALTIME_POLICY.value,
                     "target": None,
                     "dedupe_key": None,
                     "reason": None,

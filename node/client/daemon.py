@@ -189,7 +189,9 @@ class DaemonClient:
                 else:
                     self._sort(await self.client.next_event())
                     continue
-                if self.frontier.is_stale(delivery.target_key, delivery.target_seq):
+                if delivery.task_id is None and self.frontier.is_stale(
+                    delivery.target_key, delivery.target_seq
+                ):
                     try:
                         await self._suppress(delivery)
                     except BaseException:

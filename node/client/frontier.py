@@ -86,6 +86,8 @@ class Delivery:
     target_seq: int
     reason: str
     message: dict[str, Any]
+    # A task (un)assignment (``reason: task_assigned``): the task; ``message`` is its card.
+    task_id: str | None = None
 
     @property
     def message_id(self) -> str:
@@ -112,4 +114,5 @@ class Delivery:
             target_seq=target_seq,
             reason=str(event.get("reason", "")),
             message=message,
+            task_id=event["taskId"] if isinstance(event.get("taskId"), str) else None,
         )

@@ -5,7 +5,7 @@ people, notification settings),
 ``reading`` (history, resume, scopes, read state), ``grants``, ``delivery``
 (acks and redelivery), ``messages`` (the send path), ``reactions``, ``search``,
 ``admin`` (the workspace admin ops), ``presence`` (typing and presence, never
-stored), ``profiles`` (display names). Handlers
+stored), ``profiles`` (display names), ``tasks`` (task scopes). Handlers
 see the session
 only through :class:`node.ops.context.Context`.
 """
@@ -26,6 +26,7 @@ from node.ops import (
     reading,
     search,
     services,
+    tasks,
 )
 from node.ops.context import Context
 from node.ops.delivery import redeliver
@@ -56,6 +57,7 @@ from protocol.frames import (
 )
 from protocol.presence import PresenceList, SetPresence, Typing
 from protocol.services import ServicePost
+from protocol.tasks import CreateTask, Tasks, UpdateTask
 
 __all__ = ["handle", "redeliver", "resume"]
 
@@ -108,6 +110,12 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await profiles.update_profile(ctx, request)
         case ServicePost():
             return await services.service_post(ctx, request)
+        case CreateTask():
+            return await tasks.create_task(ctx, request)
+        case UpdateTask():
+            return await tasks.update_task(ctx, request)
+        case Tasks():
+            return await tasks.list_tasks(ctx, request)
     if request.__struct_config__.tag in ADMIN_OPS:
         return await admin.handle(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")

@@ -23,6 +23,7 @@ import { wireSwitcher } from "./views/switcher.js";
 import { wireAdmin } from "./views/admin.js";
 import { wireTyping, wireIdle } from "./views/presence.js";
 import { wireProfile } from "./views/profile.js";
+import { wireTasks } from "./views/tasks.js";
 
 function init() {
   $("login-form").addEventListener("submit", (event) => {
@@ -49,6 +50,7 @@ function init() {
   wireTyping($("thread-input"), () => (state.panel?.kind === "thread" ? state.panel.scopeId : null));
   wireIdle();
   wireProfile();
+  wireTasks();
   $("load-older").addEventListener("click", () => {
     const view = state.view;
     if (!view || view.loading) return;

@@ -23,6 +23,7 @@ import { openThreadScope } from "./views/thread.js";
 import { onMembership } from "./views/members.js";
 import { onTyping, clearTyping, onPresence, loadPresence } from "./views/presence.js";
 import { onMemberUpdated } from "./views/profile.js";
+import { onTaskUpdated } from "./views/tasks.js";
 
 export function dispatch(frame) {
   switch (frame.type) {
@@ -76,6 +77,8 @@ export function dispatch(frame) {
       return onPresence(frame);
     case "memberUpdated":
       return onMemberUpdated(frame);
+    case "taskUpdated":
+      return onTaskUpdated(frame);
     default:
       return; // additive protocol: ignore unknown event types
   }

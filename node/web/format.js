@@ -85,7 +85,7 @@ export function scopeLabel(scope) {
     case "thread":
       return state.threads[scope.id]?.label || scope.name || "Thread";
     case "task":
-      return "Task " + (scope.name || scope.id);
+      return scope.name || "Task";
     case "service_account":
       return scope.name || scope.service?.handle || scope.id;
     default:

@@ -6,11 +6,15 @@ import { el } from "../dom.js";
 import { avatarNode, describeError, formatTime, personName } from "../format.js";
 import { renderMarkdown, mentionsMe } from "../markdown.js";
 import { request, supports } from "../connection.js";
-import { rerender, copiesOf, noteError } from "./conversation.js";
+import { rerender, copiesOf, noteError, openScope } from "./conversation.js";
 import { channelOwnerOf, startEdit, editForm, deleteMessage } from "./edits.js";
 import { sourcesNode, startQuote, openForward } from "./sources.js";
 import { attachmentsNode } from "./uploads.js";
 import { openThread } from "./thread.js";
+import { createTaskFrom, isTask } from "./tasks.js";
+
+// Messages their author may edit: text, and a task's discussion.
+const EDITABLE = new Set(["text", "task_discussion"]);
 
 const GROUP_WINDOW_MS = 5 * 60 * 1000;
 
@@ -78,8 +82,15 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
     }
     actions.push(el("button", { type: "button", class: "link", onclick: () => startQuote(message, inThread) }, "Quote"));
     actions.push(el("button", { type: "button", class: "link", onclick: () => openForward(message) }, "Forward"));
+    const cardOf = message.messageType === "task_card" ? message.metadata?.taskId : null;
+    if (cardOf && isTask(cardOf)) {
+      actions.push(el("button", { type: "button", class: "link", onclick: () => openScope(cardOf, { reveal: true }) }, "Open task"));
+    }
+    if (!inThread && supports("createTask")) {
+      actions.push(el("button", { type: "button", class: "link", onclick: () => createTaskFrom(message) }, "Create task"));
+    }
     // One row of a long send cannot take the whole text back: no Edit on those.
-    if (mine && message.messageType === "text" && !message.chunkRows && supports("edit")) {
+    if (mine && EDITABLE.has(message.messageType) && !message.chunkRows && supports("edit")) {
       actions.push(el("button", { type: "button", class: "link", onclick: () => startEdit(key, message) }, "Edit"));
     }
     if ((mine || (state.me && channelOwnerOf(message.scopeId) === state.me.id)) && supports("delete")) {

@@ -12,6 +12,7 @@ import { closePanel, openThreadScope } from "./thread.js";
 import { confirmDialog } from "./dialogs.js";
 import { showPane } from "./layout.js";
 import { presenceDot, followPresence } from "./presence.js";
+import { loadTasks, renderTasks } from "./tasks.js";
 
 const BASE_TITLE = "scopenode";
 
@@ -34,6 +35,7 @@ export async function refreshScopesNow() {
   const result = await request("scopes");
   state.scopes = new Map(result.scopes.map((s) => [s.id, s]));
   renderScopes();
+  if (result.scopes.some((s) => s.type === "task")) loadTasks();
   labelDms();
   labelThreads();
 }
@@ -139,6 +141,7 @@ export function renderScopes() {
   const lists = { "channel-list": [], "dm-list": [], "thread-list": [], "app-list": [] };
   const scopes = [...state.scopes.values()].sort((a, b) => scopeLabel(a).localeCompare(scopeLabel(b)));
   for (const scope of scopes) {
+    if (scope.type === "task") continue; // listed under Tasks (views/tasks.js)
     const open =
       scope.id === state.current || (state.panel?.kind === "thread" && state.panel.scopeId === scope.id);
     const unread = open || scope.notification === "mute" ? 0 : scope.unread || 0;
@@ -179,6 +182,7 @@ export function renderScopes() {
   const current = state.scopes.get(state.current);
   if (current) $("scope-title").textContent = scopeLabel(current);
   renderScopeTools();
+  renderTasks();
   updateTitle();
 }
 
