@@ -43,9 +43,11 @@ def sees_recipients(viewer_id: str | None, author_id: str, recipients: Collectio
 
 
 # The manager who posted a service's message (docs/services.md): readers see
-# the service as the author; the service and that manager see who it was.
+# the service as the author; the service and its managers (as they were when
+# it was posted: ``managers``) see who it was.
 AUTHORISED_BY = "authorisedBy"
-_PRIVATE_METADATA = frozenset({"recipients", AUTHORISED_BY})
+MANAGERS = "managers"
+_PRIVATE_METADATA = frozenset({"recipients", AUTHORISED_BY, MANAGERS})
 
 
 def privileged_readers(author_id: str, metadata: Mapping[str, Any]) -> frozenset[str] | None:
@@ -55,7 +57,13 @@ def privileged_readers(author_id: str, metadata: Mapping[str, Any]) -> frozenset
     authoriser = metadata.get(AUTHORISED_BY)
     if not recipients and authoriser is None:
         return None
-    return frozenset({author_id, *recipients, *([authoriser] if authoriser else [])})
+    return frozenset({author_id, *recipients, *_authorisers(metadata)})
+
+
+def _authorisers(metadata: Mapping[str, Any]) -> list[str]:
+    """The posting manager and the service's managers at the time."""
+    authoriser = metadata.get(AUTHORISED_BY)
+    return [authoriser, *(metadata.get(MANAGERS) or ())] if authoriser else []
 
 
 def stored_message_view(message: StoredMessage, viewer_id: str | None) -> MessageView:
@@ -64,9 +72,12 @@ def stored_message_view(message: StoredMessage, viewer_id: str | None) -> Messag
     recipients = metadata.get("recipients")
     if recipients is not None and not sees_recipients(viewer_id, message.author.id, recipients):
         del metadata["recipients"]
-    authoriser = metadata.get(AUTHORISED_BY)
-    if authoriser is not None and viewer_id not in (message.author.id, authoriser):
-        del metadata[AUTHORISED_BY]
+    if AUTHORISED_BY in metadata and viewer_id not in (
+        message.author.id,
+        *_authorisers(metadata),
+    ):
+        metadata.pop(AUTHORISED_BY)
+        metadata.pop(MANAGERS, None)
     return MessageView(
         id=message.id,
         scope_id=message.scope_id,

@@ -26,7 +26,8 @@ class ServicePost(_Frame, tag="servicePost"):
 
     The message's author, and the subject its ``clientMessageId`` is
     idempotent for, is the service; the manager is recorded as
-    ``metadata.authorisedBy`` (shown to the service and that manager only)
+    ``metadata.authorisedBy``, with the service's managers at the time as
+    ``metadata.managers`` (both shown to the service and those managers only),
     and in ``explain``. ``target`` defaults to the
     service's own conversation (``scope:<id>``); it may also name a channel
     the service has been added to. The reply's ``result`` is a send's.

@@ -81,9 +81,9 @@ async def test_service_audience_managers_and_posts(database_url: str, tmp_path: 
         limits = {"send_rate": 0.001, "send_burst": HOOK_POSTS}
         async with running_node(database_url, tmp_path, moderation_file=words, **limits) as node:
             world = await World.create(node, "services")
-            ann, bob = await world.members("ann", "bob")
+            ann, bob, cid = await world.members("ann", "bob", "cid")
             bot = await world.member("bot", MemberType.AGENT)
-            made = await make_service(world, "deploys", ann, display_name="Deploys")
+            made = await make_service(world, "deploys", ann, cid, display_name="Deploys")
             assert made["handle"] == "deploys"
             scope = made["scopeId"]
             await make_service(world, "alerts")
@@ -93,6 +93,7 @@ async def test_service_audience_managers_and_posts(database_url: str, tmp_path: 
             async with (
                 world.client(ann) as a,
                 world.client(bob) as b,
+                world.client(cid) as c,
                 world.client(bot) as g,
                 world.client(Person(bot.member, token)) as svc,
             ):
@@ -113,13 +114,17 @@ async def test_service_audience_managers_and_posts(database_url: str, tmp_path: 
                 event = events[-1]
                 assert event["message"]["author"]["handle"] == "deploys"
                 assert event["message"]["author"]["type"] == "service"
-                # Who posted it is for the service and that manager, not for readers.
+                # Who posted it is for the service and its managers, not for readers.
                 assert "authorisedBy" not in event["message"]["metadata"]
-                seen = await a.events_until(lambda e: e.get("type") == "message", 5)
-                assert seen[-1]["message"]["metadata"]["authorisedBy"] == ann.id
-                for client, shown in ((a, True), (b, False), (svc, True)):
+                assert "managers" not in event["message"]["metadata"]
+                for manager in (a, c):
+                    seen = await manager.events_until(lambda e: e.get("type") == "message", 5)
+                    assert seen[-1]["message"]["metadata"]["authorisedBy"] == ann.id
+                for client, shown in ((a, True), (b, False), (c, True), (svc, True)):
                     page = await client.history(f"scope:{scope}")
-                    assert ("authorisedBy" in page["messages"][-1]["metadata"]) is shown
+                    metadata = page["messages"][-1]["metadata"]
+                    assert ("authorisedBy" in metadata) is shown
+                    assert ("managers" in metadata) is shown
                 again = await a.request(
                     "servicePost",
                     service="deploys",

@@ -2,7 +2,8 @@
 
 The message goes through the same path as a send (the service's scope actor,
 Policy, Planner, Applier) with the service as its author and idempotency
-subject; the manager is recorded as ``metadata.authorisedBy``. The webhook
+subject; the manager is recorded as ``metadata.authorisedBy`` (with the
+service's managers at the time, ``metadata.managers``, who are shown it). The webhook
 endpoint (node/webhooks.py) posts through :func:`post_as_service` too.
 """
 
@@ -19,6 +20,7 @@ from actors.send_rules import check_send_fields
 from node.ops.context import Context, member_of
 from node.ops.messages import check_moderation
 from node.services import Services
+from node.views import AUTHORISED_BY, MANAGERS
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import SendResult
 from protocol.services import ServicePost
@@ -38,6 +40,7 @@ async def service_post(ctx: Context, request: ServicePost) -> SendResult:
             raise OperationError(ErrorCode.NOT_FOUND, "no such service", path="$.service")
         if not await storage_services.is_manager(conn, service.member.id, member.id):
             raise OperationError(ErrorCode.FORBIDDEN, "not a manager of this service")
+        managers = await storage_services.managers(conn, service.member.id)
     target = request.target or f"scope:{service.scope_id}"
     # The moderation boundary a human's own send passes, with the service as
     # the durable author the audit row names.
@@ -48,7 +51,8 @@ async def service_post(ctx: Context, request: ServicePost) -> SendResult:
         target=target,
         content=request.content,
         client_message_id=request.client_message_id,
-        metadata={"authorisedBy": member.id},
+        # Every manager (as they are now) is shown who posted it.
+        metadata={AUTHORISED_BY: member.id, MANAGERS: sorted(managers)},
         explain=request.explain,
     )
     if result.explain is not None:
