@@ -14,11 +14,13 @@ import json
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import h11
 import structlog
 
 from node.services import Services
+from protocol.errors import ErrorCode
 from protocol.text import TextKind, text_problem
 from storage import directory, health
 from storage.errors import StorageError
@@ -69,6 +71,36 @@ class Reply:
 
 def text(status: int, body: bytes) -> Reply:
     return Reply(status, "text/plain", body)
+
+
+def json_reply(status: int, body: dict[str, Any], extra: tuple[tuple[str, str], ...] = ()) -> Reply:
+    return Reply(status, "application/json", json.dumps(body).encode(), extra=extra)
+
+
+class HttpError(Exception):
+    """A refused JSON endpoint request: its status and the protocol's error
+    shape (``code``, ``message``, ``details``), plus headers such as ``Retry-After``."""
+
+    def __init__(
+        self,
+        status: int,
+        code: ErrorCode,
+        message: str,
+        details: dict[str, Any] | None = None,
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+        self.extra = extra
+
+    def reply(self) -> Reply:
+        body: dict[str, Any] = {"code": self.code.value, "message": self.message}
+        if self.details:
+            body["details"] = self.details
+        return json_reply(self.status, body, self.extra)
 
 
 async def respond(services: Services, request: h11.Request, peer: str | None) -> Reply:

@@ -16,16 +16,15 @@ naming the field, ``429 rate_limited``. A refused redemption creates nothing.
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import h11
 import msgspec
 import structlog
 import trio
 
-from node.http import Reply
+from node.http import HttpError, Reply, json_reply
 from node.limits import retry_after_ms
 from node.services import Services
 from protocol.errors import ErrorCode
@@ -53,27 +52,8 @@ _GONE = {
 }
 
 
-class InviteError(Exception):
-    def __init__(
-        self,
-        status: int,
-        code: ErrorCode,
-        message: str,
-        details: dict[str, Any] | None = None,
-        extra: tuple[tuple[str, str], ...] = (),
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details
-        self.extra = extra
-
-    def reply(self) -> Reply:
-        body: dict[str, Any] = {"code": self.code.value, "message": self.message}
-        if self.details:
-            body["details"] = self.details
-        return _json(self.status, body, self.extra)
+class InviteError(HttpError):
+    """An invite endpoint's refusal."""
 
 
 def is_invite_path(path: str) -> bool:
@@ -181,7 +161,7 @@ async def _lookup(services: Services, request: InviteLookup) -> Reply:
         state = await invites.lookup(conn, code)
     if state is None or state.status is not invites.InviteStatus.USABLE:
         raise _unusable(state.status if state else None)
-    return _json(
+    return json_reply(
         200,
         {
             "workspace": state.workspace_id,
@@ -220,7 +200,7 @@ async def _redeem(services: Services, request: InviteRedemption) -> Reply:
         channels = await invites.channel_slugs(conn, redeemed.joined)
     member = redeemed.member
     log.info("invite_redeemed", invite_id=redeemed.invite_id, member_id=member.id)
-    return _json(
+    return json_reply(
         200,
         {
             "token": redeemed.token,
@@ -231,7 +211,3 @@ async def _redeem(services: Services, request: InviteRedemption) -> Reply:
             "channels": channels,
         },
     )
-
-
-def _json(status: int, body: dict[str, Any], extra: tuple[tuple[str, str], ...] = ()) -> Reply:
-    return Reply(status, "application/json", json.dumps(body).encode(), extra=extra)

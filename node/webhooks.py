@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import h11
 import structlog
@@ -23,7 +22,7 @@ import trio
 
 from actors.ids import new_id
 from actors.model import MemberType
-from node.http import Reply
+from node.http import HttpError, Reply, json_reply
 from node.limits import Kind, retry_after_ms
 from node.ops.services import post_as_service
 from node.services import Services
@@ -55,27 +54,8 @@ _STATUS = {
 }
 
 
-class WebhookError(Exception):
-    def __init__(
-        self,
-        status: int,
-        code: ErrorCode,
-        message: str,
-        details: dict[str, Any] | None = None,
-        extra: tuple[tuple[str, str], ...] = (),
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details
-        self.extra = extra
-
-    def reply(self) -> Reply:
-        body: dict[str, Any] = {"code": self.code.value, "message": self.message}
-        if self.details:
-            body["details"] = self.details
-        return _json(self.status, body, self.extra)
+class WebhookError(HttpError):
+    """A webhook endpoint's refusal."""
 
 
 def is_webhook_path(path: str) -> bool:
@@ -150,7 +130,7 @@ async def _post(services: Services, request: h11.Request, handle: str, body: byt
         raise WebhookError(status, exc.code, exc.message, exc.details or None) from None
     seq = result.accepted_seq if result.accepted_seq is not None else result.latest_seq
     answer = {"messageId": result.message_id, "seq": seq, "scopeId": target_scope}
-    return _json(200 if result.state == "already_sent" else 201, answer)
+    return json_reply(200 if result.state == "already_sent" else 201, answer)
 
 
 def _idempotency_key(request: h11.Request) -> str | None:
@@ -201,7 +181,3 @@ async def _read_body(stream: trio.SocketStream, http: h11.Connection) -> bytes:
                 raise WebhookError(400, ErrorCode.BAD_FRAME, "no request body")
         raise WebhookError(413, ErrorCode.PAYLOAD_TOO_LARGE, f"at most {MAX_BODY} bytes")
     raise WebhookError(408, ErrorCode.BAD_FRAME, "the body took too long")
-
-
-def _json(status: int, body: dict[str, Any], extra: tuple[tuple[str, str], ...] = ()) -> Reply:
-    return Reply(status, "application/json", json.dumps(body).encode(), extra=extra)
