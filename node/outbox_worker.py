@@ -17,7 +17,7 @@ import structlog
 import trio
 
 from actors.model import StoredMessage
-from node.hub import Hub, wake_frame
+from node.hub import Hub, LiveSession, wake_frame
 from node.views import stored_message_view, task_wake
 from protocol.codec import encode
 from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
@@ -112,17 +112,8 @@ class OutboxWorker:
         if reason is not None:
             await outbox.finish(conn, row, self._owner, "suppressed", reason)
             return
-        daemons = [s for s in self._hub.sessions_of(row.target_member_id) if s.is_daemon]
+        daemons = await self._daemons(conn, row, row.target_member_id)
         if not daemons:
-            # No daemon connected: not a failed attempt; it gets the delivery on connect.
-            await outbox.reschedule(
-                conn,
-                row,
-                self._owner,
-                delay=self._settings.no_daemon_recheck,
-                error=None,
-                refund_attempt=True,
-            )
             return
         if row.attempts > row.max_attempts:
             await outbox.finish(conn, row, self._owner, "failed", outbox.NOT_ACKNOWLEDGED)
@@ -135,6 +126,35 @@ class OutboxWorker:
         wake_id, wake = wake_frame(
             row.message_id, row.target_member_id, row.scope_id, message.seq, row.reason or "", view
         )
+        await self._push(conn, row, daemons, wake_id, wake)
+
+    async def _daemons(
+        self, conn: TrioConnection, row: LeasedRow, member_id: str
+    ) -> list[LiveSession]:
+        """The member's daemon sessions; none connected is not a failed attempt
+        (the row is looked at again later, and handed over on connect)."""
+        daemons = [s for s in self._hub.sessions_of(member_id) if s.is_daemon]
+        if not daemons:
+            await outbox.reschedule(
+                conn,
+                row,
+                self._owner,
+                delay=self._settings.no_daemon_recheck,
+                error=None,
+                refund_attempt=True,
+            )
+        return daemons
+
+    async def _push(
+        self,
+        conn: TrioConnection,
+        row: LeasedRow,
+        daemons: list[LiveSession],
+        wake_id: str,
+        wake: bytes,
+    ) -> None:
+        """Push a wake to the daemons; the row waits for the ack (again after a
+        backoff) or, at its last attempt, fails."""
         for session in daemons:
             session.push_wake(wake_id, wake)
         self.pushed += 1
@@ -164,33 +184,11 @@ class OutboxWorker:
         if found is None:
             await outbox.finish(conn, row, self._owner, "suppressed", "unassigned")
             return
-        daemons = [s for s in self._hub.sessions_of(agent) if s.is_daemon]
+        daemons = await self._daemons(conn, row, agent)
         if not daemons:
-            await outbox.reschedule(
-                conn,
-                row,
-                self._owner,
-                delay=self._settings.no_daemon_recheck,
-                error=None,
-                refund_attempt=True,
-            )
             return
         wake_id, event = task_wake(row.event_ref_id or "", agent, found, row.reason or "")
-        wake = frame(encode(event))
-        for session in daemons:
-            session.push_wake(wake_id, wake)
-        self.pushed += 1
-        status = "failed" if row.attempts >= row.max_attempts else None
-        if status is not None:
-            await outbox.finish(conn, row, self._owner, status, outbox.NOT_ACKNOWLEDGED)
-            return
-        await outbox.reschedule(
-            conn,
-            row,
-            self._owner,
-            delay=backoff(row.attempts, self._settings, self._rng),
-            error=outbox.NOT_ACKNOWLEDGED,
-        )
+        await self._push(conn, row, daemons, wake_id, frame(encode(event)))
 
     async def _replay(self, conn: TrioConnection, row: LeasedRow) -> None:
         """A realtime row never marked delivered: push to connected readers, no unread rebuild."""
