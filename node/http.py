@@ -18,6 +18,7 @@ from typing import Any
 
 import h11
 import structlog
+import trio
 
 from node.services import Services
 from protocol.errors import ErrorCode
@@ -101,6 +102,41 @@ class HttpError(Exception):
         if self.details:
             body["details"] = self.details
         return json_reply(self.status, body, self.extra)
+
+
+async def read_body(
+    stream: trio.SocketStream,
+    http: h11.Connection,
+    *,
+    max_body: int,
+    drain_limit: int,
+    timeout: float,
+) -> bytes:
+    """A JSON endpoint's request body, at most ``max_body`` bytes. A larger
+    one is read on (up to ``drain_limit``) so that its 413 reaches the client;
+    a short, missing or slow body is refused."""
+    chunks: list[bytes] = []
+    size = 0
+    with trio.move_on_after(timeout):
+        while size <= drain_limit:
+            event = http.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(64 * 1024)
+                if not data:
+                    raise HttpError(400, ErrorCode.BAD_FRAME, "the body ended early")
+                http.receive_data(data)
+            elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size <= max_body:
+                    chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                if size > max_body:
+                    break
+                return b"".join(chunks)
+            else:
+                raise HttpError(400, ErrorCode.BAD_FRAME, "no request body")
+        raise HttpError(413, ErrorCode.PAYLOAD_TOO_LARGE, f"at most {max_body} bytes")
+    raise HttpError(408, ErrorCode.BAD_FRAME, "the body took too long")
 
 
 async def respond(services: Services, request: h11.Request, peer: str | None) -> Reply:

@@ -24,7 +24,7 @@ import msgspec
 import structlog
 import trio
 
-from node.http import HttpError, Reply, json_reply
+from node.http import HttpError, Reply, json_reply, read_body
 from node.limits import retry_after_ms
 from node.services import Services
 from protocol.errors import ErrorCode
@@ -74,14 +74,16 @@ async def handle(
             raise InviteError(405, ErrorCode.BAD_FRAME, f"{path} takes POST")
         # Read before anything is refused: closing on an unread body would
         # reset the connection under the answer.
-        body = await _read_body(stream, http)
+        body = await read_body(
+            stream, http, max_body=MAX_BODY, drain_limit=DRAIN_LIMIT, timeout=BODY_TIMEOUT
+        )
         _admit(services, peer)
         if services.draining or not services.ready:
             raise InviteError(503, ErrorCode.UNAVAILABLE, "the node is not serving; retry")
         if path == LOOKUP:
             return await _lookup(services, _decode(body, InviteLookup))
         return await _redeem(services, _decode(body, InviteRedemption))
-    except InviteError as exc:
+    except HttpError as exc:
         return exc.reply()
     except StorageError as exc:
         log.warning("invite_request_failed", code=exc.code)
@@ -99,31 +101,6 @@ def _admit(services: Services, peer: str | None) -> None:
             {"retryAfterMs": ms, "bucket": "invite", "per": "address"},
             (("Retry-After", str(-(-ms // 1000))),),
         )
-
-
-async def _read_body(stream: trio.SocketStream, http: h11.Connection) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    with trio.move_on_after(BODY_TIMEOUT):
-        while size <= DRAIN_LIMIT:
-            event = http.next_event()
-            if event is h11.NEED_DATA:
-                data = await stream.receive_some(MAX_BODY)
-                if not data:
-                    raise InviteError(400, ErrorCode.BAD_FRAME, "the body ended early")
-                http.receive_data(data)
-            elif isinstance(event, h11.Data):
-                size += len(event.data)
-                if size <= MAX_BODY:
-                    chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                if size > MAX_BODY:
-                    break
-                return b"".join(chunks)
-            else:
-                raise InviteError(400, ErrorCode.BAD_FRAME, "no request body")
-        raise InviteError(413, ErrorCode.PAYLOAD_TOO_LARGE, f"at most {MAX_BODY} bytes")
-    raise InviteError(408, ErrorCode.BAD_FRAME, "the body took too long")
 
 
 def _decode(body: bytes, type_: type[_Body]) -> _Body:

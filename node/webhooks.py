@@ -22,7 +22,7 @@ import trio
 
 from actors.ids import new_id
 from actors.model import MemberType
-from node.http import HttpError, Reply, json_reply
+from node.http import HttpError, Reply, json_reply, read_body
 from node.limits import Kind, retry_after_ms
 from node.ops.services import post_as_service
 from node.services import Services
@@ -75,11 +75,13 @@ async def handle(
             raise WebhookError(405, ErrorCode.BAD_FRAME, f"{path} takes POST")
         # Read before anything is refused: closing on an unread body would
         # reset the connection under the answer.
-        body = await _read_body(stream, http)
+        body = await read_body(
+            stream, http, max_body=MAX_BODY, drain_limit=DRAIN_LIMIT, timeout=BODY_TIMEOUT
+        )
         if services.draining or not services.ready:
             raise WebhookError(503, ErrorCode.UNAVAILABLE, "the node is not serving; retry")
         return await _post(services, request, matched[1], body)
-    except WebhookError as exc:
+    except HttpError as exc:
         return exc.reply()
     except StorageError as exc:
         log.warning("webhook_failed", code=exc.code)
@@ -156,28 +158,3 @@ def _bearer(request: h11.Request) -> str | None:
                 token = token.strip()
                 return token if text_problem(token, TextKind.KEY) is None else None
     return None
-
-
-async def _read_body(stream: trio.SocketStream, http: h11.Connection) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    with trio.move_on_after(BODY_TIMEOUT):
-        while size <= DRAIN_LIMIT:
-            event = http.next_event()
-            if event is h11.NEED_DATA:
-                data = await stream.receive_some(64 * 1024)
-                if not data:
-                    raise WebhookError(400, ErrorCode.BAD_FRAME, "the body ended early")
-                http.receive_data(data)
-            elif isinstance(event, h11.Data):
-                size += len(event.data)
-                if size <= MAX_BODY:
-                    chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                if size > MAX_BODY:
-                    break
-                return b"".join(chunks)
-            else:
-                raise WebhookError(400, ErrorCode.BAD_FRAME, "no request body")
-        raise WebhookError(413, ErrorCode.PAYLOAD_TOO_LARGE, f"at most {MAX_BODY} bytes")
-    raise WebhookError(408, ErrorCode.BAD_FRAME, "the body took too long")
