@@ -255,19 +255,7 @@ async def _list_channels(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         channels = await scopes.admin_channels(conn, workspace_id)
     return {
         "workspaceId": workspace_id,
-        "channels": [
-            {
-                "scopeId": c.scope_id,
-                "slug": c.slug,
-                "name": c.name,
-                "visibility": c.visibility,
-                "default": c.default,
-                "ownerMemberId": c.owner_member_id,
-                "memberCount": c.members,
-                "latestSeq": c.latest_seq,
-            }
-            for c in channels
-        ],
+        "channels": [{**c.view(), "latestSeq": c.latest_seq} for c in channels],
     }
 
 

@@ -272,6 +272,18 @@ class AdminChannel:
     latest_seq: int
     members: int
 
+    def view(self) -> dict[str, Any]:
+        """As the admin page and ``admin list-channels`` show it."""
+        return {
+            "scopeId": self.scope_id,
+            "slug": self.slug,
+            "name": self.name,
+            "visibility": self.visibility,
+            "default": self.default,
+            "ownerMemberId": self.owner_member_id,
+            "memberCount": self.members,
+        }
+
 
 async def admin_channels(conn: TrioConnection, workspace_id: str) -> list[AdminChannel]:
     """Every channel of the workspace, private ones included (the operator's view)."""

@@ -24,7 +24,13 @@ from actors.model import DeliveryPolicy, Member, MemberType, NotificationState
 from storage.directory import get_members
 from storage.errors import map_errors
 from storage.pg import TrioConnection
-from storage.scopes import INSERT_MEMBERSHIP, INSERT_SCOPE, UPSERT_NOTIFICATION
+from storage.scopes import (
+    BUMP_ROSTER,
+    CLOSE_MEMBERSHIP,
+    INSERT_MEMBERSHIP,
+    INSERT_SCOPE,
+    UPSERT_NOTIFICATION,
+)
 
 # Activity wakes name their policy here, where the row is produced.
 ASSIGNMENT_WAKE_POLICY = DeliveryPolicy.WORKER_FIRST_TARGETED
@@ -54,14 +60,6 @@ UPDATE_TASK = """
 UPDATE scope_task_profiles
 SET title = %(title)s, status = %(status)s, assignee_ids = %(assignees)s, updated_at = now()
 WHERE scope_id = %(scope_id)s
-"""
-BUMP_ROSTER = "UPDATE scopes SET roster_generation = roster_generation + 1 WHERE id = %s"
-CLOSE_MEMBERSHIP = """
-UPDATE scope_memberships m
-SET effective_to_seq = s.latest_seq + 1, removed_at = now(), updated_at = now()
-FROM scopes s
-WHERE s.id = m.scope_id AND m.scope_id = %(scope_id)s AND m.member_id = %(member_id)s
-  AND m.effective_to_seq IS NULL
 """
 IS_MEMBER = """
 SELECT 1 FROM scope_memberships

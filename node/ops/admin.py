@@ -228,20 +228,7 @@ async def _revoke_invite(
 
 async def _channels(ctx: Context, conn: TrioConnection, admin: Member, _: AdminChannels) -> Any:
     channels = await scopes.admin_channels(conn, admin.workspace_id)
-    return {
-        "channels": [
-            {
-                "scopeId": c.scope_id,
-                "slug": c.slug,
-                "name": c.name,
-                "visibility": c.visibility,
-                "default": c.default,
-                "ownerMemberId": c.owner_member_id,
-                "memberCount": c.members,
-            }
-            for c in channels
-        ]
-    }
+    return {"channels": [c.view() for c in channels]}
 
 
 async def _create_channel(
