@@ -16,6 +16,7 @@ from node.ops.context import Context, member_of
 from node.resolver import SCOPE_ID, no_such_scope
 from protocol.codec import encode
 from protocol.presence import PresenceList, SetPresence, Typing, TypingEvent
+from storage import access
 
 # A relayed event names its audience; past this many bytes of member ids it
 # would not fit a relay payload, and a typing hint is not worth a re-read
@@ -41,6 +42,13 @@ async def typing(ctx: Context, request: Typing) -> dict[str, bool]:
     clock = trio.current_time()
     if board.typing_coalesced(member.id, scope_id, clock):
         return {"forwarded": False}
+    if state.thread is not None:
+        # A thread is read through its parent, whose roster this actor holds a
+        # copy of that a leave on the parent may not have reached yet: the
+        # database answers (once per forwarded typing, threads only).
+        async with services.pool.connection() as conn:
+            if await access.viewer_for(conn, state.scope, member) is None:
+                raise no_such_scope(SCOPE_ID)
     board.typing_forwarded(member.id, scope_id, clock)
     payload = encode(TypingEvent(scope_id=scope_id, member_id=member.id))
     hub = services.hub
