@@ -132,7 +132,9 @@ def test_smoke_soak_against_a_node_it_starts(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     started = time.monotonic()
     assert main(["soak", "--minutes", "0.4", "--report-every", "5", "--json", str(out)]) == 0
-    assert time.monotonic() - started < 40
+    # A bound on a hang, not a timing: setting up the team takes 10 s alone
+    # when the slow set's other benches share the machine.
+    assert time.monotonic() - started < 120
     report: dict[str, Any] = json.loads(out.read_text())
     assert len(report["samples"]) >= 4
     assert all(check["ok"] for check in report["checks"].values()), report["checks"]
