@@ -31,7 +31,7 @@ def test_quick_noisy_neighbour_holds_the_flooder_to_the_default_limits(tmp_path:
     out = tmp_path / "noisy.json"
     started = time.monotonic()
     assert main(["noisy-neighbour", "--quick", "--json", str(out)]) == 0
-    assert time.monotonic() - started < 90
+    assert time.monotonic() - started < 150  # a bound on a hang, on a shared machine
     report: dict[str, Any] = json.loads(out.read_text())
     assert report["node_started_by_bench"]
     assert report["limits"] == documented_limits()
