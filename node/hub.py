@@ -73,6 +73,7 @@ from protocol.frames import (
     ThreadSummary,
     ThreadUpdatedEvent,
 )
+from protocol.workflows import wake_names
 from protocol.wsframes import frame
 
 log = structlog.get_logger(__name__)
@@ -148,6 +149,7 @@ def wake_frame(
 ) -> tuple[str, bytes]:
     """A framed ``deliver`` of one message to one agent, with its delivery id."""
     wake_id = delivery_id(message_id, agent_id)
+    plan_id, request_id = wake_names(view.metadata)
     event = Deliver(
         delivery_id=wake_id,
         agent_id=agent_id,
@@ -155,6 +157,8 @@ def wake_frame(
         target_seq=seq,
         reason=reason,
         message=view,
+        plan_id=plan_id,
+        request_id=request_id,
     )
     return wake_id, frame(encode(event))
 

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from msgspec import inspect
 
-from protocol import admin, frames, presence, services, tasks
+from protocol import admin, frames, presence, services, tasks, workflows
 from protocol.errors import CloseCode, ErrorCode
 
 INTRO = """\
@@ -278,6 +278,7 @@ RESULTS: dict[str, str] = {
 RESULTS |= admin.results()
 RESULTS |= services.results()
 RESULTS |= tasks.RESULTS
+RESULTS |= workflows.RESULTS
 
 # Per server frame: when it is sent.
 EVENTS: dict[str, str] = {
@@ -533,10 +534,11 @@ def render() -> str:
         presence.PresenceEvent,
         frames.MemberUpdatedEvent,
         tasks.TaskUpdatedEvent,
+        workflows.WorkflowUpdatedEvent,
     ]
     for cls in server:
         tag = _tag(cls)
-        out += [f"### `{tag}`", "", {**EVENTS, **tasks.EVENTS}[tag], ""]
+        out += [f"### `{tag}`", "", {**EVENTS, **tasks.EVENTS, **workflows.EVENTS}[tag], ""]
         out += table(cls)
         out.append("")
     out += ["## Shared objects", ""]
@@ -557,6 +559,7 @@ def render() -> str:
         admin.AdminMemberEntry,
         admin.AdminInviteEntry,
         tasks.TaskEntry,
+        workflows.WorkflowPlanEntry,
     ]
     for cls in shared:
         out += [f"### `{cls.__name__}`", ""]

@@ -18,6 +18,14 @@ from protocol.admin import AdminRequest
 from protocol.presence import PresenceList, SetPresence, Typing
 from protocol.services import ServicePost
 from protocol.tasks import CreateTask, Tasks, UpdateTask
+from protocol.workflows import (
+    CreateWorkflowPlan,
+    ShareWorkflowPlan,
+    WorkflowPlans,
+    WorkflowReply,
+    WorkflowRequest,
+    WorkflowTranscript,
+)
 
 RequestId = int | str
 # A bigint column holds every seq and count: a larger one is refused at the door.
@@ -295,6 +303,12 @@ ClientFrame = (
     | CreateTask
     | UpdateTask
     | Tasks
+    | CreateWorkflowPlan
+    | ShareWorkflowPlan
+    | WorkflowPlans
+    | WorkflowTranscript
+    | WorkflowRequest
+    | WorkflowReply
 )
 Request = (
     Send
@@ -326,6 +340,12 @@ Request = (
     | CreateTask
     | UpdateTask
     | Tasks
+    | CreateWorkflowPlan
+    | ShareWorkflowPlan
+    | WorkflowPlans
+    | WorkflowTranscript
+    | WorkflowRequest
+    | WorkflowReply
 )
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__
@@ -459,6 +479,10 @@ class Deliver(_Frame, tag="deliver"):
     # A task (un)assignment wake (``reason: task_assigned``): the task it is about;
     # ``message`` is then the task as a card (docs/tasks.md), not a stored message.
     task_id: str | None = None
+    # A workflow request's wake (docs/workflows.md): the plan and the request to
+    # answer with ``workflowReply``.
+    plan_id: str | None = None
+    request_id: str | None = None
 
 
 class ResumeState(Struct, rename="camel", kw_only=True):

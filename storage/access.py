@@ -55,6 +55,9 @@ async def viewer_for(conn: TrioConnection, info: ScopeInfo, member: Member) -> V
     private agents by any membership interval (rows are filtered by the
     predicate).
     """
+    if info.type is ScopeType.WORKFLOW:
+        # Product-gated: no generic read, whatever membership the member holds.
+        return None
     rights = await read_rights(conn, info.id, member.id)
     public = rights.current_public and not member.is_private_agent
     in_thread = info.type is ScopeType.THREAD
@@ -76,14 +79,15 @@ async def viewer_for(conn: TrioConnection, info: ScopeInfo, member: Member) -> V
 # exist (docs/authorization.md): the lookup and the membership test are one
 # statement, so an unknown scope and a missing one cost the same round trip.
 # Memberships and channel visibility never change back, so a scope once known
-# stays known.
+# stays known. A workflow scope is known to no one here: its transcript is read
+# through its plan alone (storage/workflows.py, docs/workflows.md).
 _KNOWN_FROM = """
 FROM scopes s
 LEFT JOIN scope_channel_profiles p ON p.scope_id = s.id
 LEFT JOIN scope_channel_profiles pp ON pp.scope_id = s.parent_scope_id
 """
 _KNOWN_WHERE = """
-s.workspace_id = %(workspace_id)s AND (
+s.workspace_id = %(workspace_id)s AND s.type <> 'workflow' AND (
     coalesce(p.visibility, pp.visibility) = 'public'
     OR EXISTS (SELECT 1 FROM scope_memberships k
                WHERE k.member_id = %(member_id)s AND k.scope_id IN (s.id, s.parent_scope_id))

@@ -38,6 +38,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (16, "avatar_color", "schema_v16_avatar_color.sql"),
     (17, "tasks", "schema_v17_tasks.sql"),
     (18, "services", "schema_v18_services.sql"),
+    (19, "workflows", "schema_v19_workflows.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators
 _BOOKKEEPING = "schema_migrations"

@@ -127,12 +127,14 @@ READABLE_PER_ROW = readable_join(
 
 # Scopes where the viewer could read anything at all: a superset the index scan
 # is narrowed to; the predicate decides each row. Private agents keep every
-# interval (closed ones too) and the scopes their explicit context opens. Only
+# interval (closed ones too) and the scopes their explicit context opens; a
+# workflow scope never (its transcript is read through its plan). Only
 # ever read by `IN`: a scope listed twice costs nothing, so nothing removes
 # duplicates.
 _SCOPES_IN = """
 scopes_in AS (
     SELECT vm.scope_id FROM scope_memberships vm
+    JOIN scopes vs ON vs.id = vm.scope_id AND vs.type <> 'workflow'
     WHERE vm.member_id = %(viewer_id)s
       AND (vm.visibility = 'private' OR vm.effective_to_seq IS NULL)
     UNION ALL

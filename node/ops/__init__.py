@@ -5,7 +5,8 @@ people, notification settings),
 ``reading`` (history, resume, scopes, read state), ``grants``, ``delivery``
 (acks and redelivery), ``messages`` (the send path), ``reactions``, ``search``,
 ``admin`` (the workspace admin ops), ``presence`` (typing and presence, never
-stored), ``profiles`` (display names), ``tasks`` (task scopes). Handlers
+stored), ``profiles`` (display names), ``tasks`` (task scopes), ``workflows`` (workflow
+plans and their transcript). Handlers
 see the session
 only through :class:`node.ops.context.Context`.
 """
@@ -27,6 +28,7 @@ from node.ops import (
     search,
     services,
     tasks,
+    workflows,
 )
 from node.ops.context import Context
 from node.ops.delivery import redeliver
@@ -58,6 +60,14 @@ from protocol.frames import (
 from protocol.presence import PresenceList, SetPresence, Typing
 from protocol.services import ServicePost
 from protocol.tasks import CreateTask, Tasks, UpdateTask
+from protocol.workflows import (
+    CreateWorkflowPlan,
+    ShareWorkflowPlan,
+    WorkflowPlans,
+    WorkflowReply,
+    WorkflowRequest,
+    WorkflowTranscript,
+)
 
 __all__ = ["handle", "redeliver", "resume"]
 
@@ -116,6 +126,18 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await tasks.update_task(ctx, request)
         case Tasks():
             return await tasks.list_tasks(ctx, request)
+        case CreateWorkflowPlan():
+            return await workflows.create_plan(ctx, request)
+        case ShareWorkflowPlan():
+            return await workflows.share_plan(ctx, request)
+        case WorkflowPlans():
+            return await workflows.list_plans(ctx)
+        case WorkflowTranscript():
+            return await workflows.transcript(ctx, request)
+        case WorkflowRequest():
+            return await workflows.request(ctx, request)
+        case WorkflowReply():
+            return await workflows.reply(ctx, request)
     if request.__struct_config__.tag in ADMIN_OPS:
         return await admin.handle(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")

@@ -12,6 +12,7 @@ from node.views import stored_message_view, task_wake
 from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import Ack, Deliver
+from protocol.workflows import wake_names
 from storage import outbox, tasks
 
 
@@ -45,13 +46,17 @@ async def redeliver(ctx: Context) -> set[str]:
     pushed: set[str] = set()
     for wake in allowed:
         wake_id = delivery_id(wake.message.id, member.id)
+        view = stored_message_view(wake.message, member.id)
+        plan_id, request_id = wake_names(view.metadata)
         frame = Deliver(
             delivery_id=wake_id,
             agent_id=member.id,
             target_key=wake.message.scope_id,
             target_seq=wake.target_seq,
             reason=wake.reason,
-            message=stored_message_view(wake.message, member.id),
+            message=view,
+            plan_id=plan_id,
+            request_id=request_id,
         )
         payload = encode(frame)
         # Paced like resume: a reading daemon on a slow link is not a slow consumer.
