@@ -34,6 +34,7 @@ from storage.pg import connect
 from tests.nodes import Person, World, running_node
 from tests.test_authorization_services import service_lines
 from tests.test_authorization_tasks import task_lines
+from tests.test_authorization_workflows import workflow_lines
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "authorization.md"
 REGEN_ENV = "SCOPENODE_REGEN_DOCS"
@@ -565,6 +566,7 @@ def render() -> str:
     lines += _admin_lines()
     lines += service_lines()
     lines += task_lines(_cell)
+    lines += workflow_lines(_cell)
     return "\n".join(lines) + "\n"
 
 
