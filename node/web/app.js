@@ -24,6 +24,7 @@ import { wireAdmin } from "./views/admin.js";
 import { wireTyping, wireIdle } from "./views/presence.js";
 import { wireProfile } from "./views/profile.js";
 import { wireTasks } from "./views/tasks.js";
+import { wireWorkflows } from "./views/workflows.js";
 
 function init() {
   $("login-form").addEventListener("submit", (event) => {
@@ -51,6 +52,7 @@ function init() {
   wireIdle();
   wireProfile();
   wireTasks();
+  wireWorkflows();
   $("load-older").addEventListener("click", () => {
     const view = state.view;
     if (!view || view.loading) return;

@@ -24,6 +24,7 @@ import { onMembership } from "./views/members.js";
 import { onTyping, clearTyping, onPresence, loadPresence } from "./views/presence.js";
 import { onMemberUpdated } from "./views/profile.js";
 import { onTaskUpdated } from "./views/tasks.js";
+import { isWorkflowScope, onWorkflowMessage, onWorkflowUpdated } from "./views/workflows.js";
 
 export function dispatch(frame) {
   switch (frame.type) {
@@ -53,6 +54,8 @@ export function dispatch(frame) {
     case "pong":
       return;
     case "message":
+      // A plan's transcript is no conversation: only its plan view shows it.
+      if (isWorkflowScope(frame.scopeId)) return onWorkflowMessage(frame);
       clearTyping(frame.scopeId, frame.message?.author?.memberId);
       return onMessage(frame.scopeId, frame.message);
     case "resumed":
@@ -79,6 +82,8 @@ export function dispatch(frame) {
       return onMemberUpdated(frame);
     case "taskUpdated":
       return onTaskUpdated(frame);
+    case "workflowUpdated":
+      return onWorkflowUpdated(frame);
     default:
       return; // additive protocol: ignore unknown event types
   }
