@@ -48,6 +48,8 @@ REQUEST_ID = "$.requestId"
 # A send that is queued behind others in its scope's actor: long enough for a
 # busy actor, bounded so that a request never hangs.
 SEND_WAIT_S = 10.0
+# The send may still commit after this answer: retry with the same clientMessageId.
+NO_ANSWER = "no_answer"
 
 
 def _no_plan() -> OperationError:
@@ -175,7 +177,11 @@ async def _append(ctx: Context, scope_id: str, cmd_fields: dict[str, Any]) -> tu
     with trio.move_on_after(SEND_WAIT_S):
         await answered.wait()
     if not outcome:
-        raise OperationError(ErrorCode.UNAVAILABLE, "the transcript did not answer in time")
+        raise OperationError(
+            ErrorCode.UNAVAILABLE,
+            "the transcript did not answer in time",
+            details={"reason": NO_ANSWER},
+        )
     result = outcome[0]
     if isinstance(result, OperationError):
         raise result
@@ -206,8 +212,8 @@ async def request(ctx: Context, frame: WorkflowRequest) -> dict[str, Any]:
                 "metadata": {"source": source},
             },
         )
-    except OperationError:
-        if new:
+    except OperationError as refused:
+        if new and refused.details.get("reason") != NO_ANSWER:
             async with ctx.services.pool.connection() as conn:
                 await store.request_failed(conn, opened.id)
         raise
@@ -258,8 +264,10 @@ async def reply(ctx: Context, frame: WorkflowReply) -> dict[str, Any]:
                 "metadata": {"source": source},
             },
         )
-    except OperationError:
-        if claimed:
+    except OperationError as refused:
+        # A refused final reply frees its claim; one that may still commit keeps it
+        # (its own retry, same clientMessageId, is the only one that can finish it).
+        if claimed and refused.details.get("reason") != NO_ANSWER:
             async with ctx.services.pool.connection() as conn:
                 await store.release_final(conn, found.id, frame.client_message_id)
         raise
