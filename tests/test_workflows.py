@@ -139,6 +139,11 @@ async def _scenario(
     assert await _code(a.workflow_reply(request_id, "from ann")) == "not_found"
     partial = await d2.workflow_reply(request_id, "drafting…")
     assert partial["final"] is False
+    # Nor is a transcript message reachable by id: no edit, reaction or quote.
+    assert await _code(d2.edit(partial["messageId"], "rewritten")) == "not_found"
+    assert await _code(a.react(asked["messageId"], "👍")) == "not_found"
+    quote = {"mode": "quote", "sources": [{"messageId": asked["messageId"]}]}
+    assert await _code(a.send("#ops", "see this", forward=quote)) == "not_found"
 
     assert await _race(d1, d2, request_id) == ["conflict", "ok"]
     assert await _final_replies(database_url, request_id) == 1
