@@ -21,6 +21,7 @@ from protocol.tasks import CreateTask, Tasks, UpdateTask
 from protocol.workflows import (
     CreateWorkflowPlan,
     ShareWorkflowPlan,
+    UpdateWorkflowPlan,
     WorkflowPlans,
     WorkflowReply,
     WorkflowRequest,
@@ -305,6 +306,7 @@ ClientFrame = (
     | Tasks
     | CreateWorkflowPlan
     | ShareWorkflowPlan
+    | UpdateWorkflowPlan
     | WorkflowPlans
     | WorkflowTranscript
     | WorkflowRequest
@@ -342,6 +344,7 @@ Request = (
     | Tasks
     | CreateWorkflowPlan
     | ShareWorkflowPlan
+    | UpdateWorkflowPlan
     | WorkflowPlans
     | WorkflowTranscript
     | WorkflowRequest

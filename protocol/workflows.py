@@ -49,6 +49,16 @@ class ShareWorkflowPlan(_Frame, tag="shareWorkflowPlan"):
     member_id: Identifier
 
 
+class UpdateWorkflowPlan(_Frame, tag="updateWorkflowPlan"):
+    """The creator renames the plan or changes its status (``archived`` takes no
+    request until it is restored; the transcript stays as it is)."""
+
+    id: RequestId
+    plan_id: Identifier
+    status: PlanStatus | None = None
+    title: Title | None = None
+
+
 class WorkflowPlans(_Frame, tag="workflowPlans"):
     """The plans the caller created or that were shared with it, newest first."""
 
@@ -105,7 +115,7 @@ class WorkflowUpdatedEvent(_Frame, tag="workflowUpdated"):
     revision: int
     scope_id: str = ""
     title: str = ""
-    # What changed: ``created``, ``shared``, ``request``, ``reply``, ``final``.
+    # What changed: ``created``, ``shared``, ``updated``, ``request``, ``reply``, ``final``.
     change: str = ""
     request_id: str | None = None
 
@@ -123,9 +133,14 @@ RESULTS: dict[str, str] = {
         " is not shared with, `forbidden` for the others); `memberId` must be a human of"
         " the workspace (`not_found` at `$.memberId` otherwise)."
     ),
+    "updateWorkflowPlan": (
+        "`{plan: WorkflowPlanEntry}`. The creator only (`forbidden` for the humans it is"
+        " shared with and the plan's agent, `not_found` for anyone else). The plan's"
+        " scope is unchanged by any status."
+    ),
     "workflowPlans": "`{plans: [WorkflowPlanEntry]}`: created by the caller or shared with it.",
     "workflowTranscript": (
-        "`{planId, scopeId, messages: [MessageView], latestSeq}`, oldest first. The"
+        "`{planId, scopeId, messages: [MessageView], latestSeq, hasMore}`, oldest first. The"
         " creator and the humans the plan is shared with; the plan's agent gets"
         " `forbidden`, anyone else `not_found`."
     ),
@@ -135,8 +150,9 @@ RESULTS: dict[str, str] = {
         " message (`messageType: workflow_request`, `metadata.source: {kind:"
         " workflow_request, planId, requestId}`) is routed to the plan's agent alone:"
         " its `deliver` names `planId` and `requestId`. An earlier request without its"
-        " final reply is superseded and its undelivered wake withdrawn. The same"
-        " `clientMessageId` again answers the same request."
+        " final reply is superseded and its unacknowledged wake withdrawn. The same"
+        " `clientMessageId` again answers the same request. An archived plan takes"
+        " none: `conflict`."
     ),
     "workflowReply": (
         "`{requestId, messageId, seq, final}`. Only the plan's agent (`not_found` for"
@@ -149,7 +165,7 @@ RESULTS: dict[str, str] = {
 }
 EVENTS: dict[str, str] = {
     "workflowUpdated": (
-        "A plan was created or shared, got a request or a reply: to the sessions of its"
+        "A plan was created, shared or updated, got a request or a reply: to the sessions of its"
         " creator and the humans it is shared with. Not a message: it is not counted"
         " as unread."
     ),

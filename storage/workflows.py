@@ -52,6 +52,11 @@ SET shared_with = array_append(shared_with, %(member)s), updated_at = now()
 WHERE id = %(plan)s AND NOT %(member)s = ANY(shared_with)
 RETURNING id
 """
+UPDATE_PLAN = """
+UPDATE workflow_plans
+SET status = coalesce(%(status)s, status), title = coalesce(%(title)s, title), updated_at = now()
+WHERE id = %(plan)s
+"""
 IS_MEMBER = """
 SELECT 1 FROM scope_memberships
 WHERE scope_id = %s AND member_id = %s AND effective_to_seq IS NULL
@@ -234,6 +239,16 @@ async def share_plan(conn: TrioConnection, plan: Plan, member: Member) -> Plan:
             shared = await _select_plan(conn, plan.id)
     assert shared is not None
     return shared
+
+
+async def update_plan(
+    conn: TrioConnection, plan_id: str, *, status: str | None, title: str | None
+) -> Plan | None:
+    """A new status or title; the plan's scope is left as it is."""
+    with map_errors():
+        async with conn.transaction():
+            await conn.execute(UPDATE_PLAN, {"plan": plan_id, "status": status, "title": title})
+            return await _select_plan(conn, plan_id)
 
 
 async def list_plans(conn: TrioConnection, member: Member) -> list[Plan]:

@@ -37,6 +37,7 @@ WORKFLOW_ACTORS: dict[str, tuple[str, str]] = {
 WORKFLOW_OPS: dict[str, str] = {
     "createWorkflowPlan": "`createWorkflowPlan` naming the *plan's agent*",
     "shareWorkflowPlan": "`shareWorkflowPlan` with the *outsider*",
+    "updateWorkflowPlan": "`updateWorkflowPlan` with `status: archived`",
     "workflowPlans": "`workflowPlans`: is the plan listed?",
     "workflowTranscript": "`workflowTranscript` of the plan",
     "workflowRequest": "`workflowRequest` to the plan",
@@ -52,6 +53,7 @@ WORKFLOW_MATRIX: dict[str, tuple[str, ...]] = {
     #                     creator shared agent outsider foreign other_agent
     "createWorkflowPlan": (OK,    OK,    F,    OK,      NF,     F),
     "shareWorkflowPlan":  (OK,    F,     F,    NF,      NF,     NF),
+    "updateWorkflowPlan": (OK,    F,     F,    NF,      NF,     NF),
     "workflowPlans":      (L,     L,     U,    U,       U,      U),
     "workflowTranscript": (OK,    OK,    F,    NF,      NF,     NF),
     "workflowRequest":    (OK,    OK,    F,    NF,      NF,     NF),
@@ -70,7 +72,8 @@ path reads or writes: `history`, `send`, `markRead`, `search`, `scopes` and
 every read check answer it as a scope that does not exist, for everyone, the
 plan's agent and its retained membership included. The plan's own ops are its
 door: its creator and the humans the creator shares it with read the
-transcript and send requests; the plan's agent, which knows the plan, gets
+transcript and send requests, and the creator alone shares, renames and
+archives the plan; the plan's agent, which knows the plan, gets
 `forbidden` there and answers only through `workflowReply`; anyone else gets
 `not_found`. Only humans create plans."""
 
@@ -127,6 +130,7 @@ def _fields(cast: Cast, op: str, plan_id: str, scope_id: str, request_id: str) -
     by_op: dict[str, dict[str, Any]] = {
         "createWorkflowPlan": {"title": "new", "agentId": p["agent"].id},
         "shareWorkflowPlan": {"planId": plan_id, "memberId": p["outsider"].id},
+        "updateWorkflowPlan": {"planId": plan_id, "status": "archived"},
         "workflowPlans": {},
         "workflowTranscript": {"planId": plan_id},
         "workflowRequest": {"planId": plan_id, "content": "more", "clientMessageId": f"q{n}"},

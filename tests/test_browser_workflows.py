@@ -5,8 +5,8 @@ module. Ann opens "Workflows", creates a plan for the agent bot and sends it a
 request; bot (driven here over the protocol, as its daemon would) gets the
 request's wake naming the plan and the request, answers with a progress note
 and then its final reply; Ann's plan view shows both, the final one marked,
-and the draft at revision 1. The plan's transcript is no conversation: it is
-not in her sidebar.
+and the draft at revision 1; she archives the plan and restores it. The
+plan's transcript is no conversation: it is not in her sidebar.
 """
 
 from __future__ import annotations
@@ -98,6 +98,14 @@ def plan_and_ask(browser: Browser, node: RunningNode, ann: Person) -> None:
     expect(transcript.filter(has_text="Final reply")).to_have_count(1)
     expect(plan.get_by_role("status")).to_have_text("Draft revision 1")
     expect(plan.get_by_label("Current draft")).to_contain_text("Announce it")
+
+    # Archived, the plan keeps its transcript and takes no request until restored.
+    plan.get_by_role("button", name="Archive plan").click()
+    expect(plan.get_by_role("status")).to_have_text("Draft revision 1 · archived")
+    expect(plan.get_by_role("button", name="Send request")).to_be_disabled()
+    expect(transcript).to_have_count(3)
+    plan.get_by_role("button", name="Restore plan").click()
+    expect(plan.get_by_role("button", name="Send request")).to_be_enabled()
 
     # The transcript is no conversation of hers.
     dialog.get_by_role("button", name="Close").click()

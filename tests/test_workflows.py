@@ -157,6 +157,16 @@ async def _scenario(
     assert entry["revision"] == 1
     assert entry["draft"].startswith("plan v")
 
+    # An archived plan keeps its transcript and takes no request until restored.
+    await a.update_workflow_plan(plan_id, status="archived")
+    assert await _code(c.workflow_request(plan_id, "while archived")) == "conflict"
+    assert len((await c.workflow_transcript(plan_id))["messages"]) == 3
+    assert await _code(c.request("updateWorkflowPlan", planId=plan_id, status="draft")) == (
+        "forbidden"
+    )
+    restored = await a.update_workflow_plan(plan_id, status="active")
+    assert restored["plan"]["status"] == "active"
+
     # A later request supersedes one still open: a reply to the older one is refused.
     first = await c.workflow_request(plan_id, "add a rollback step", "cat-1")
     assert await c.workflow_request(plan_id, "add a rollback step", "cat-1") == first

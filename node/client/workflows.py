@@ -24,6 +24,10 @@ class WorkflowOps:
         """``shareWorkflowPlan``: another human reads the plan and sends it requests."""
         return await self.request("shareWorkflowPlan", planId=plan_id, memberId=member_id)
 
+    async def update_workflow_plan(self, plan_id: str, **fields: Any) -> dict[str, Any]:
+        """``updateWorkflowPlan`` (the creator): ``status`` and ``title`` as keywords."""
+        return await self.request("updateWorkflowPlan", planId=plan_id, **fields)
+
     async def workflow_plans(self) -> list[dict[str, Any]]:
         """``workflowPlans``: the plans the caller created or that were shared with it."""
         return list((await self.request("workflowPlans"))["plans"])

@@ -63,6 +63,7 @@ from protocol.tasks import CreateTask, Tasks, UpdateTask
 from protocol.workflows import (
     CreateWorkflowPlan,
     ShareWorkflowPlan,
+    UpdateWorkflowPlan,
     WorkflowPlans,
     WorkflowReply,
     WorkflowRequest,
@@ -130,6 +131,8 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await workflows.create_plan(ctx, request)
         case ShareWorkflowPlan():
             return await workflows.share_plan(ctx, request)
+        case UpdateWorkflowPlan():
+            return await workflows.update_plan(ctx, request)
         case WorkflowPlans():
             return await workflows.list_plans(ctx)
         case WorkflowTranscript():

@@ -32,6 +32,7 @@ from protocol.workflows import (
     RUN_SOURCE,
     CreateWorkflowPlan,
     ShareWorkflowPlan,
+    UpdateWorkflowPlan,
     WorkflowPlanEntry,
     WorkflowReply,
     WorkflowRequest,
@@ -44,6 +45,7 @@ from storage.visibility import Viewer
 from storage.workflows import Plan, Request
 
 PLAN_ID = "$.planId"
+ARCHIVED = "archived"
 REQUEST_ID = "$.requestId"
 # A send that is queued behind others in its scope's actor: long enough for a
 # busy actor, bounded so that a request never hangs.
@@ -136,6 +138,19 @@ async def share_plan(ctx: Context, request: ShareWorkflowPlan) -> dict[str, Any]
     return {"plan": to_builtins(_entry(shared))}
 
 
+async def update_plan(ctx: Context, request: UpdateWorkflowPlan) -> dict[str, Any]:
+    member = member_of(ctx)
+    plan = await _plan_for(ctx, member, request.plan_id)
+    if member.id != plan.creator_id:
+        raise _forbidden("creator_only", "only the plan's creator changes it")
+    async with ctx.services.pool.connection() as conn:
+        updated = await store.update_plan(conn, plan.id, status=request.status, title=request.title)
+    if updated is None:
+        raise _no_plan()
+    _publish(ctx, updated, "updated")
+    return {"plan": to_builtins(_entry(updated))}
+
+
 async def list_plans(ctx: Context) -> dict[str, Any]:
     member = member_of(ctx)
     async with ctx.services.pool.connection() as conn:
@@ -193,6 +208,8 @@ async def _append(ctx: Context, scope_id: str, cmd_fields: dict[str, Any]) -> tu
 async def request(ctx: Context, frame: WorkflowRequest) -> dict[str, Any]:
     member = member_of(ctx)
     plan = await _plan_for(ctx, member, frame.plan_id)
+    if plan.status == ARCHIVED:
+        raise _conflict("archived", "an archived plan takes no request: restore it first")
     await check_moderation(ctx.services, member, f"scope:{plan.scope_id}", frame.content)
     async with ctx.services.pool.connection() as conn:
         agent = (await directory.get_members(conn, [plan.agent_id]))[plan.agent_id]

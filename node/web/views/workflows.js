@@ -1,7 +1,8 @@
 // Workflows (docs/workflows.md): the "Workflows" page (the plans I created or
 // that were shared with me), a plan's view (its transcript with the agent's
 // replies and the final reply marked, the draft at its current revision, the
-// request composer, sharing for the creator), and the `workflowUpdated` event.
+// request composer, sharing and archiving for the creator), and the
+// `workflowUpdated` event.
 // A plan's transcript is read only with `workflowTranscript`: its scope is in
 // no conversation list.
 
@@ -79,7 +80,9 @@ async function showPlan(planId) {
   if (!plan) return;
   show($("wf-plan"), true);
   setText($("wf-plan-title"), plan.title);
-  setText($("wf-revision"), `Draft revision ${plan.revision}`);
+  const archived = plan.status === "archived" ? " · archived" : "";
+  setText($("wf-revision"), `Draft revision ${plan.revision}${archived}`);
+  $("wf-request-form").querySelector("button").disabled = Boolean(archived);
   $("wf-draft").textContent = plan.draft || "No draft yet.";
   renderShare(plan);
   renderPlans();
@@ -95,6 +98,7 @@ function renderShare(plan) {
   const mine = plan.creatorId === state.me?.id;
   show($("wf-share-form"), mine);
   if (!mine) return;
+  $("wf-archive").textContent = plan.status === "archived" ? "Restore plan" : "Archive plan";
   const humans = [...state.people.values()].filter(
     (p) => p.type === "human" && p.id !== plan.creatorId && !plan.sharedWith.includes(p.id),
   );
@@ -158,6 +162,18 @@ async function share(event) {
   }
 }
 
+async function toggleArchive() {
+  const plan = plans.get(current);
+  if (!plan) return;
+  const status = plan.status === "archived" ? "draft" : "archived";
+  try {
+    await request("updateWorkflowPlan", { planId: plan.planId, status });
+    await refresh();
+  } catch (err) {
+    setText($("wf-request-error"), describeError(err));
+  }
+}
+
 function fillAgents() {
   const agents = [...state.people.values()].filter((p) => p.type === "agent");
   $("wf-agent").replaceChildren(...agents.map((p) => el("option", { value: p.id }, personName(p))));
@@ -175,4 +191,5 @@ export function wireWorkflows() {
   $("wf-new").addEventListener("toggle", fillAgents);
   $("wf-request-form").addEventListener("submit", sendRequest);
   $("wf-share-form").addEventListener("submit", share);
+  $("wf-archive").addEventListener("click", toggleArchive);
 }
