@@ -23,6 +23,7 @@ from storage.pg import TrioConnection
 from storage.scopes import BUMP_ROSTER, INSERT_MEMBERSHIP, INSERT_SCOPE, UPSERT_NOTIFICATION
 
 ACTIVE, ANSWERED, SUPERSEDED, FAILED = "active", "answered", "superseded", "failed"
+ARCHIVED = "archived"  # a plan status
 
 INSERT_PLAN = """
 INSERT INTO workflow_plans
@@ -37,7 +38,7 @@ SELECT {_PLAN_COLUMNS}
 FROM workflow_plans p JOIN scopes s ON s.id = p.scope_id
 WHERE p.id = %s
 """
-LOCK_PLAN = "SELECT id FROM workflow_plans WHERE id = %s FOR UPDATE"
+LOCK_PLAN = "SELECT status FROM workflow_plans WHERE id = %s FOR UPDATE"
 LIST_PLANS = f"""
 SELECT {_PLAN_COLUMNS}
 FROM workflow_plans p JOIN scopes s ON s.id = p.scope_id
@@ -87,9 +88,19 @@ INSERT_REQUEST = """
 INSERT INTO workflow_requests (id, plan_id, requester_member_id, client_message_id)
 VALUES (%s, %s, %s, %s)
 """
+# A request superseded while its message was being appended holds no wake either.
 SET_REQUEST_MESSAGE = """
-UPDATE workflow_requests SET message_id = %s, seq = %s, updated_at = now()
-WHERE id = %s AND message_id IS NULL
+WITH written AS (
+    UPDATE workflow_requests SET message_id = %(message)s, seq = %(seq)s, updated_at = now()
+    WHERE id = %(request)s AND message_id IS NULL
+    RETURNING status
+)
+UPDATE scope_fanout_outbox o
+SET status = 'suppressed', suppressed_at = now(), suppression_reason = 'superseded',
+    lease_owner = NULL, lease_expires_at = NULL
+FROM written
+WHERE written.status <> 'active' AND o.message_id = %(message)s
+  AND o.fanout_type = 'agent_wake' AND o.status IN ('pending', 'leased')
 """
 SET_STATUS = "UPDATE workflow_requests SET status = %s, updated_at = now() WHERE id = %s"
 CLAIM_FINAL = """
@@ -269,12 +280,16 @@ async def get_request(conn: TrioConnection, request_id: str) -> Request | None:
 
 async def open_request(
     conn: TrioConnection, plan_id: str, requester_id: str, client_message_id: str
-) -> tuple[Request, bool]:
+) -> tuple[Request, bool] | None:
     """The request for this ``clientMessageId`` (``False``: it existed already) or a new
-    one, made the plan's active request under the plan's row lock."""
+    one, made the plan's active request under the plan's row lock; None while the
+    plan is archived."""
     with map_errors():
         async with conn.transaction():
-            await conn.execute(LOCK_PLAN, (plan_id,))
+            cur = await conn.execute(LOCK_PLAN, (plan_id,))
+            locked = await cur.fetchone()
+            if locked is None or locked[0] == ARCHIVED:
+                return None
             cur = await conn.execute(
                 SELECT_REQUEST_BY_CLIENT_ID, (plan_id, requester_id, client_message_id)
             )
@@ -294,7 +309,9 @@ async def open_request(
 
 async def request_written(conn: TrioConnection, request_id: str, message_id: str, seq: int) -> None:
     with map_errors():
-        await conn.execute(SET_REQUEST_MESSAGE, (message_id, seq, request_id))
+        await conn.execute(
+            SET_REQUEST_MESSAGE, {"request": request_id, "message": message_id, "seq": seq}
+        )
 
 
 async def request_failed(conn: TrioConnection, request_id: str) -> None:

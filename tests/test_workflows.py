@@ -44,6 +44,16 @@ async def _final_replies(database_url: str, request_id: str) -> int:
     return int(row[0])
 
 
+async def _wake_status(database_url: str, message_id: str) -> list[str]:
+    async with await connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT status FROM scope_fanout_outbox"
+            " WHERE message_id = %s AND fanout_type = 'agent_wake'",
+            (message_id,),
+        )
+        return [str(r[0]) for r in await cur.fetchall()]
+
+
 async def _race(d1: Client, d2: Client, request_id: str) -> list[str]:
     outcomes: list[str] = []
 
@@ -170,7 +180,11 @@ async def _scenario(
     # A later request supersedes one still open: a reply to the older one is refused.
     first = await c.workflow_request(plan_id, "add a rollback step", "cat-1")
     assert await c.workflow_request(plan_id, "add a rollback step", "cat-1") == first
+    assert await _wake_status(database_url, first["messageId"]) in (["pending"], ["leased"])
     second = await a.workflow_request(plan_id, "and a smoke test")
+    # The agent holds one wake: the superseded request's is withdrawn.
+    assert await _wake_status(database_url, first["messageId"]) == ["suppressed"]
+    assert await _wake_status(database_url, second["messageId"]) in (["pending"], ["leased"])
     assert await _code(d1.workflow_reply(first["requestId"], "ok", final=True)) == "conflict"
     await d1.workflow_reply(second["requestId"], "plan v3", final=True)
     transcript = await a.workflow_transcript(plan_id)

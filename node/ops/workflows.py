@@ -45,7 +45,6 @@ from storage.visibility import Viewer
 from storage.workflows import Plan, Request
 
 PLAN_ID = "$.planId"
-ARCHIVED = "archived"
 REQUEST_ID = "$.requestId"
 # A send that is queued behind others in its scope's actor: long enough for a
 # busy actor, bounded so that a request never hangs.
@@ -208,12 +207,13 @@ async def _append(ctx: Context, scope_id: str, cmd_fields: dict[str, Any]) -> tu
 async def request(ctx: Context, frame: WorkflowRequest) -> dict[str, Any]:
     member = member_of(ctx)
     plan = await _plan_for(ctx, member, frame.plan_id)
-    if plan.status == ARCHIVED:
-        raise _conflict("archived", "an archived plan takes no request: restore it first")
     await check_moderation(ctx.services, member, f"scope:{plan.scope_id}", frame.content)
     async with ctx.services.pool.connection() as conn:
         agent = (await directory.get_members(conn, [plan.agent_id]))[plan.agent_id]
-        opened, new = await store.open_request(conn, plan.id, member.id, frame.client_message_id)
+        found = await store.open_request(conn, plan.id, member.id, frame.client_message_id)
+    if found is None:
+        raise _conflict("archived", "an archived plan takes no request: restore it first")
+    opened, new = found
     source = {"kind": REQUEST_SOURCE, "planId": plan.id, "requestId": opened.id}
     try:
         message_id, seq = await _append(
