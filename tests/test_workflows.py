@@ -19,6 +19,7 @@ import trio
 
 from actors.model import MemberType
 from node.client import Client, ClientError
+from node.client.frontier import Delivery
 from storage.pg import connect
 from tests.nodes import World, running_node
 
@@ -117,6 +118,8 @@ async def _scenario(
     assert (woke[-1]["planId"], woke[-1]["requestId"]) == (plan_id, request_id)
     assert woke[-1]["message"]["messageType"] == "workflow_request"
     assert woke[-1]["message"]["metadata"]["source"]["kind"] == "workflow_request"
+    delivery = Delivery.from_event(woke[-1])
+    assert (delivery.plan_id, delivery.request_id) == (plan_id, request_id)
     await a.request("createChannel", slug="ops", name="Ops")
     await a.send("#ops", f"a {WORD} in the open", clientMessageId="open-1")
 

@@ -88,6 +88,9 @@ class Delivery:
     message: dict[str, Any]
     # A task (un)assignment (``reason: task_assigned``): the task; ``message`` is its card.
     task_id: str | None = None
+    # A workflow request (docs/workflows.md): answer with ``workflow_reply(request_id, …)``.
+    plan_id: str | None = None
+    request_id: str | None = None
 
     @property
     def message_id(self) -> str:
@@ -114,5 +117,11 @@ class Delivery:
             target_seq=target_seq,
             reason=str(event.get("reason", "")),
             message=message,
-            task_id=event["taskId"] if isinstance(event.get("taskId"), str) else None,
+            task_id=_text(event.get("taskId")),
+            plan_id=_text(event.get("planId")),
+            request_id=_text(event.get("requestId")),
         )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
