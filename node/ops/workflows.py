@@ -12,6 +12,7 @@ lock in :mod:`storage.workflows` before the message is written.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -20,7 +21,7 @@ from actors.model import Member, MemberType
 from actors.policy import knows_member
 from actors.scope_state import SendCommand
 from node.ops.context import Context, member_of
-from node.ops.messages import check_moderation
+from node.ops.messages import SendReply, check_moderation
 from node.views import stored_message_view
 from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
@@ -177,9 +178,12 @@ async def transcript(ctx: Context, request: WorkflowTranscript) -> dict[str, Any
     }
 
 
-async def _append(ctx: Context, scope_id: str, cmd_fields: dict[str, Any]) -> tuple[str, int]:
+async def _append(
+    ctx: Context, scope_id: str, command: Callable[[SendReply], SendCommand]
+) -> tuple[str, int]:
     """One message through the scope's actor (its roster, idempotency, seq and
-    outbox); its refusal is the caller's answer."""
+    outbox): ``command`` builds it around the reply callback; a refusal is the
+    caller's answer."""
     answered = trio.Event()
     outcome: list[SendResult | OperationError] = []
 
@@ -187,7 +191,7 @@ async def _append(ctx: Context, scope_id: str, cmd_fields: dict[str, Any]) -> tu
         outcome.append(result)
         answered.set()
 
-    await ctx.services.registry.submit(scope_id, SendCommand(reply=reply, **cmd_fields))
+    await ctx.services.registry.submit(scope_id, command(reply))
     with trio.move_on_after(SEND_WAIT_S):
         await answered.wait()
     if not outcome:
@@ -219,15 +223,16 @@ async def request(ctx: Context, frame: WorkflowRequest) -> dict[str, Any]:
         message_id, seq = await _append(
             ctx,
             plan.scope_id,
-            {
-                "author": member,
-                "content": frame.content,
-                "client_message_id": frame.client_message_id,
-                "message_type": REQUEST_TYPE,
-                "recipients": (agent.id,),
-                "recipient_members": (agent,),
-                "metadata": {"source": source},
-            },
+            lambda answer: SendCommand(
+                author=member,
+                content=frame.content,
+                client_message_id=frame.client_message_id,
+                reply=answer,
+                message_type=REQUEST_TYPE,
+                recipients=(agent.id,),
+                recipient_members=(agent,),
+                metadata={"source": source},
+            ),
         )
     except OperationError as refused:
         if new and refused.details.get("reason") != NO_ANSWER:
@@ -273,13 +278,14 @@ async def reply(ctx: Context, frame: WorkflowReply) -> dict[str, Any]:
         message_id, seq = await _append(
             ctx,
             plan.scope_id,
-            {
-                "author": member,
-                "content": frame.content,
-                "client_message_id": frame.client_message_id,
-                "message_type": REPLY_TYPE,
-                "metadata": {"source": source},
-            },
+            lambda answer: SendCommand(
+                author=member,
+                content=frame.content,
+                client_message_id=frame.client_message_id,
+                reply=answer,
+                message_type=REPLY_TYPE,
+                metadata={"source": source},
+            ),
         )
     except OperationError as refused:
         # A refused final reply frees its claim; one that may still commit keeps it
