@@ -84,7 +84,13 @@ async def test_workflow_plan_gate_request_reply(database_url: str, tmp_path: Pat
                 world.client(bot, kind="daemon") as d1,
                 world.client(bot, kind="daemon") as d2,
             ):
-                await _scenario(database_url, a, b, c, d1, d2, bob.id, cat.id, bot.id)
+                scope_id = await _scenario(database_url, a, b, c, d1, d2, bob.id, cat.id, bot.id)
+            # Resuming from the transcript's start replays nothing of it.
+            for person, kind in ((ann, "browser"), (bot, "daemon")):
+                async with world.client(person, kind=kind, resume={scope_id: 0}) as again:
+                    seen = await again.events_until(lambda ev: ev["type"] == "resumed", 5)
+                    assert scope_id not in seen[-1]["scopes"]
+                    assert not [e for e in seen if e.get("scopeId") == scope_id]
 
 
 async def _scenario(
@@ -97,7 +103,7 @@ async def _scenario(
     bob_id: str,
     cat_id: str,
     bot_id: str,
-) -> None:
+) -> str:
     assert await _code(b.create_workflow_plan("x", "mem_nobody")) == "not_found"
     assert await _code(d1.create_workflow_plan("x", bot_id)) == "forbidden"
     assert await _code(a.create_workflow_plan("x", bob_id)) == "not_found"  # not an agent
@@ -198,3 +204,4 @@ async def _scenario(
     # The agent is the author; the workflow run is only the source.
     assert {m["author"]["memberId"] for m in replies} == {bot_id}
     assert {m["metadata"]["source"]["kind"] for m in replies} == {"workflow_run"}
+    return str(scope_id)
