@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from typing import Any
 
@@ -54,9 +53,11 @@ def emit(event: str, **fields: Any) -> None:
 
 
 def echo_of(content: str, handle: str) -> str:
-    # Strip our own mention: echoing "@echo" back would mention ourselves.
-    text = re.sub(rf"(?<![\w@])@{re.escape(handle)}\b", "", content)
-    return f"echo: {' '.join(text.split())}"
+    # Strip our own mention: echoing "@echo" back would mention ourselves. Word
+    # by word, not by a pattern: the node's parser is the only mention parser.
+    own = f"@{handle}".lower()
+    words = [w for w in content.split() if w.rstrip(".,;:!?").lower() != own]
+    return f"echo: {' '.join(words)}"
 
 
 async def wait_at_gate(gate: trio.Path, delivery: Delivery) -> None:
