@@ -26,6 +26,7 @@ from actors.model import (
 from actors.policy import ThreadFacts, private_authority, thread_admission
 from actors.sources import SourceSpec
 from actors.visibility import VisibilityContext, readable
+from protocol.rewind import REWIND_NOTICE
 
 _NEVER_WAKE = frozenset(
     {NotificationState.QUIET, NotificationState.MUTE, NotificationState.NO_WAKE}
@@ -306,8 +307,13 @@ def plan_message(
 ) -> MessagePlan:
     """Compile one append at ``expected_seq + 1``."""
     seq = expected_seq + 1
-    mentioned = mentions_of(intent)
-    mutations, admissions = thread_mutations(intent, author, scope, mentioned)
+    # A rewind's notice is a direct/no-outbox exception (docs/direct-no-outbox.md):
+    # shown to its readers, it writes no outbox row, wakes no one and admits no one.
+    notice = intent.message_type == REWIND_NOTICE
+    mentioned = frozenset() if notice else mentions_of(intent)
+    mutations, admissions = (
+        ((), ()) if notice else thread_mutations(intent, author, scope, mentioned)
+    )
     vis = with_memberships(scope.visibility, mutations, seq)
     if mutations:
         scope = msgspec.structs.replace(scope, visibility=vis)
@@ -327,7 +333,7 @@ def plan_message(
             explain.append(RecipientExplain(member_id, False, False, reason))
             continue
         readers.add(member_id)
-        wake_reason = _wake_reason(intent, author, member, scope, mentioned)
+        wake_reason = "notice" if notice else _wake_reason(intent, author, member, scope, mentioned)
         if wake_reason.startswith("wake:"):
             reason = wake_reason.removeprefix("wake:")
             wakes.append((member_id, reason))
@@ -336,7 +342,7 @@ def plan_message(
             explain.append(RecipientExplain(member_id, True, False, wake_reason))
     readers.add(author.id)
     hidden, former = _unnamed(vis, author, (r.member_id for r in explain), admissions)
-    outbox = [_realtime_row(intent, scope, readers)]
+    outbox = [] if notice else [_realtime_row(intent, scope, readers)]
     outbox += [
         OutboxEvent(
             "agent_wake",

@@ -155,6 +155,8 @@ class OutboxWorker:
     ) -> None:
         """Push a wake to the daemons; the row waits for the ack (again after a
         backoff) or, at its last attempt, fails."""
+        if not await outbox.still_leased(conn, row, self._owner):
+            return  # suppressed since it was leased (a rewind): no wake
         for session in daemons:
             session.push_wake(wake_id, wake)
         self.pushed += 1
@@ -195,6 +197,8 @@ class OutboxWorker:
         assert row.message_id is not None
         message = await messages.get_message(conn, row.message_id)
         info = await scopes.get_scope(conn, row.scope_id) if message is not None else None
+        if not await outbox.still_leased(conn, row, self._owner):
+            return  # suppressed since it was leased (a rewind): no push
         if message is not None and row.recipients is not None:
             self._replay_frozen(row, message, row.recipients)
         elif message is not None and info is not None:
@@ -257,6 +261,8 @@ class OutboxWorker:
             # The delete's own row tells readers; this edit is moot.
             await outbox.finish(conn, row, self._owner, "suppressed", "message_deleted")
             return
+        if not await outbox.still_leased(conn, row, self._owner):
+            return  # suppressed since it was leased (a rewind): no projection
         for listing in await scopes.current_members(conn, row.scope_id):
             sessions = self._hub.sessions_of(listing.member.id)
             if not sessions:

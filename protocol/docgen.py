@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from msgspec import inspect
 
-from protocol import admin, frames, presence, services, tasks, workflows
+from protocol import admin, frames, presence, rewind, services, tasks, workflows
 from protocol.errors import CloseCode, ErrorCode
 
 INTRO = """\
@@ -279,6 +279,7 @@ RESULTS |= admin.results()
 RESULTS |= services.results()
 RESULTS |= tasks.RESULTS
 RESULTS |= workflows.RESULTS
+RESULTS |= rewind.RESULTS
 
 # Per server frame: when it is sent.
 EVENTS: dict[str, str] = {
@@ -338,7 +339,12 @@ EVENTS: dict[str, str] = {
         " and the agent itself for a private agent). History and listings read the"
         " current name; a client patches what it already shows."
     ),
-    "invalidate": "Reserved: drop cached messages of the scope from `fromSeq` on.",
+    "invalidate": (
+        "Drop cached messages of the scope from `fromSeq` on and read them again with"
+        ' `history`. `reason: "rewind"`: the scope was rewound (see `rewind`), sent to'
+        " every session that reads it; `relay_gap` / `relay_oversize`: this node missed"
+        " events another node published. Idempotent: a second one changes nothing."
+    ),
     "pong": "The answer to `ping`.",
     "ping": "The node may ping too; answer with `pong` and the same id.",
 }
@@ -570,6 +576,10 @@ def render() -> str:
     out += [
         "`MessageView.thread` is not a field of the struct: history adds it to a root"
         " that has replies, and a client must treat it as optional.",
+        "",
+        "`MessageView.rewound` is not a field of the struct either: `history` adds"
+        " `rewound: true` to a message a rewind set aside (see `rewind`); it is still"
+        " readable exactly as before, and an agent may leave it out of its context.",
         "",
         "`MessageView.reactions` is `[{emoji, count, memberIds}]`, one entry per emoji"
         " ordered by its first reaction; `count` is every reaction the viewer is shown,"

@@ -16,6 +16,7 @@ from msgspec import Meta, Struct
 
 from protocol.admin import AdminRequest
 from protocol.presence import PresenceList, SetPresence, Typing
+from protocol.rewind import MarkRecoveryPoint, Rewind
 from protocol.services import ServicePost
 from protocol.tasks import CreateTask, Tasks, UpdateTask
 from protocol.workflows import (
@@ -311,6 +312,8 @@ ClientFrame = (
     | WorkflowTranscript
     | WorkflowRequest
     | WorkflowReply
+    | MarkRecoveryPoint
+    | Rewind
 )
 Request = (
     Send
@@ -349,6 +352,8 @@ Request = (
     | WorkflowTranscript
     | WorkflowRequest
     | WorkflowReply
+    | MarkRecoveryPoint
+    | Rewind
 )
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__

@@ -106,6 +106,11 @@ SET status = 'suppressed', suppressed_at = now(), suppression_reason = %s,
 WHERE id = %s AND status IN ('pending', 'leased')
 """
 STATUS_COUNTS = "SELECT status, count(*) FROM scope_fanout_outbox GROUP BY status"
+# Whether the worker's lease still stands: a rewind (or a delete) suppresses
+# leased rows too, and the worker re-checks before every push.
+STILL_LEASED = """
+SELECT 1 FROM scope_fanout_outbox WHERE id = %s AND status = 'leased' AND lease_owner = %s
+"""
 WAKE_STILL_ALLOWED = """
 SELECT
     EXISTS (SELECT 1 FROM scope_memberships sm
@@ -249,6 +254,13 @@ async def prune(conn: TrioConnection, retention: timedelta) -> int:
 async def suppress(conn: TrioConnection, outbox_id: int, reason: str) -> None:
     with map_errors():
         await conn.execute(SUPPRESS, (reason, outbox_id))
+
+
+async def still_leased(conn: TrioConnection, row: LeasedRow, owner: str) -> bool:
+    """False once the row was suppressed (or otherwise taken) since it was leased."""
+    with map_errors():
+        cur = await conn.execute(STILL_LEASED, (row.id, owner))
+        return await cur.fetchone() is not None
 
 
 async def status_counts(conn: TrioConnection) -> dict[str, int]:

@@ -15,6 +15,8 @@ SELECT count(*) FROM (
     FROM (
         SELECT * FROM scope_messages
         WHERE scope_id = %(scope_id)s AND seq > %(after)s AND author_member_id <> %(viewer_id)s
+          -- A rewind's notice raises no unread (docs/rewind.md).
+          AND message_type <> 'rewind_notice'
         ORDER BY seq
         LIMIT %(cap)s
     ) m

@@ -144,7 +144,9 @@ SELECT s.id, s.type, p.slug, coalesce(p.display_name, svc.display_name, t.title)
        m.last_read_seq, coalesce(n.state, 'active'),
        (SELECT count(*) FROM scope_messages x
         WHERE x.scope_id = s.id AND x.seq > m.last_read_seq
-          AND x.author_member_id <> m.member_id) AS unread,
+          AND x.author_member_id <> m.member_id
+          -- A rewind's notice raises no unread (docs/rewind.md).
+          AND x.message_type <> 'rewind_notice') AS unread,
        svc.id, svc.handle
 FROM scope_memberships m
 JOIN scopes s ON s.id = m.scope_id

@@ -99,11 +99,11 @@ def _table_body(root: Path, table: str) -> str:
 
 def string_constants(path: Path) -> list[tuple[int, str]]:
     """Every string literal of a module (f-strings by their literal parts), with its line."""
-    out: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            out.append((node.lineno, node.value))
-    return out
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
 
 
 def statements_writing(root: Path, verb_table: str) -> list[tuple[str, int, str]]:
@@ -168,24 +168,28 @@ def dense_row_findings(root: Path) -> list[str]:
             "REFERENCES scope_messages" in c.definition for c in columns
         ):
             continue
-        for column in columns:
-            if (
-                "REFERENCES members" in column.definition
-                and column.name not in ACTOR_COLUMNS
-                and (table, column.name) not in MEMBER_KEYED_ALLOWED
-            ):
-                findings.append(f"schema: {table}.{column.name} keys a message row by member")
+        findings += [
+            f"schema: {table}.{column.name} keys a message row by member"
+            for column in columns
+            if "REFERENCES members" in column.definition
+            and column.name not in ACTOR_COLUMNS
+            and (table, column.name) not in MEMBER_KEYED_ALLOWED
+        ]
     kinds = check_values(root, "scope_activity_events", "activity_type") or set()
-    for kind in sorted(kinds - ACTIVITY_TYPES):
-        findings.append(f"schema: scope_activity_events.activity_type allows {kind!r}")
+    findings += [
+        f"schema: scope_activity_events.activity_type allows {kind!r}"
+        for kind in sorted(kinds - ACTIVITY_TYPES)
+    ]
     for where in APPLIER_FILES:
         path = root / where
         if not path.exists():
             continue
-        for line, text in string_constants(path):
-            for table in _INSERT.findall(text):
-                if table not in APPLIER_TABLES:
-                    findings.append(f"{where}:{line}: a message write also inserts into {table}")
+        findings += [
+            f"{where}:{line}: a message write also inserts into {table}"
+            for line, text in string_constants(path)
+            for table in _INSERT.findall(text)
+            if table not in APPLIER_TABLES
+        ]
     return findings
 
 
@@ -263,10 +267,12 @@ def mention_findings(root: Path) -> list[str]:
         where = rel(root, path)
         if where in MENTION_SHAPED_ALLOWED:
             continue
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            for found in _JS_REGEX.finditer(line):
-                if _HANDLE_AFTER_AT.search(found.group(1)):
-                    findings.append(f"{where}:{number}: a mention regex {found.group(0)}")
+        findings += [
+            f"{where}:{number}: a mention regex {found.group(0)}"
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            for found in _JS_REGEX.finditer(line)
+            if _HANDLE_AFTER_AT.search(found.group(1))
+        ]
     return findings
 
 
@@ -369,11 +375,13 @@ def author_findings(root: Path) -> list[str]:
                 findings.append(f"actors/model.py: MemberType is {sorted(values)}")
     # An author column set from a literal other than the three.
     literal = re.compile(r"author_type\s*(?:=|,)\s*'(\w+)'")
-    for path in python_files(root):
-        for line, text in string_constants(path):
-            for kind in literal.findall(text):
-                if kind not in AUTHOR_TYPES:
-                    findings.append(f"{rel(root, path)}:{line}: author_type {kind!r}")
+    findings += [
+        f"{rel(root, path)}:{line}: author_type {kind!r}"
+        for path in python_files(root)
+        for line, text in string_constants(path)
+        for kind in literal.findall(text)
+        if kind not in AUTHOR_TYPES
+    ]
     return findings
 
 
@@ -397,13 +405,13 @@ def inherited_row_findings(root: Path) -> list[str]:
     findings = []
     for table in ROSTER_TABLES:
         pattern = re.compile(rf"INSERT\s+INTO\s+{table}\b", re.I)
-        for path in python_files(root, ("storage",)):
-            for line, text in string_constants(path):
-                for match in pattern.finditer(text):
-                    if _INHERITS.search(_insert_body(text, match.start())):
-                        findings.append(
-                            f"{rel(root, path)}:{line}: {table} rows copied from another scope"
-                        )
+        findings += [
+            f"{rel(root, path)}:{line}: {table} rows copied from another scope"
+            for path in python_files(root, ("storage",))
+            for line, text in string_constants(path)
+            for match in pattern.finditer(text)
+            if _INHERITS.search(_insert_body(text, match.start()))
+        ]
     return findings
 
 
@@ -422,8 +430,10 @@ def parallel_table_findings(root: Path) -> list[str]:
             continue
         if table == "scope_messages" or table in MESSAGE_SHAPED_ALLOWED:
             continue
-        shaped = "seq" in names and bool(names & {"content", "body", "text"}) and any(
-            n.startswith("author") for n in names
+        shaped = (
+            "seq" in names
+            and bool(names & {"content", "body", "text"})
+            and any(n.startswith("author") for n in names)
         )
         if shaped or (table.endswith("_messages")):
             findings.append(f"schema: {table} holds messages beside scope_messages")

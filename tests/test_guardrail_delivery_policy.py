@@ -27,7 +27,9 @@ def test_an_unlisted_direct_event_is_reported(tmp_path: Path) -> None:
 def test_an_entry_without_why_is_reported(tmp_path: Path) -> None:
     root = scratch_copy(tmp_path, *PARTS)
     plant(root, ALLOWLIST, "| `node/hub.py` | `publish_messages` |  |")
-    assert policy_findings(root) == [f"{ALLOWLIST}: node/hub.py:publish_messages has no line of why"]
+    assert policy_findings(root) == [
+        f"{ALLOWLIST}: node/hub.py:publish_messages has no line of why"
+    ]
 
 
 def test_an_outbox_row_without_a_policy_is_reported(tmp_path: Path) -> None:

@@ -35,7 +35,11 @@ def test_a_message_backed_activity_kind_is_reported(tmp_path: Path) -> None:
 
 def test_an_applier_activity_insert_is_reported(tmp_path: Path) -> None:
     root = scratch_copy(tmp_path, "storage")
-    plant(root, "storage/applier.py", 'MENTIONED = "INSERT INTO scope_activity_events (id) VALUES (1)"')
+    plant(
+        root,
+        "storage/applier.py",
+        'MENTIONED = "INSERT INTO scope_activity_events (id) VALUES (1)"',
+    )
     [finding] = dense_row_findings(root)
     assert finding.endswith("a message write also inserts into scope_activity_events")
 

@@ -17,7 +17,9 @@ def test_a_python_mention_regex_is_reported(tmp_path: Path) -> None:
 
 def test_a_second_parser_function_is_reported(tmp_path: Path) -> None:
     root = scratch_copy(tmp_path, "actors", "node")
-    plant(root, "actors/send_rules.py", "def parse_mentions(text: str) -> list[str]:\n    return []")
+    plant(
+        root, "actors/send_rules.py", "def parse_mentions(text: str) -> list[str]:\n    return []"
+    )
     assert mention_findings(root) == ["actors/send_rules.py: a second mention parser"]
 
 

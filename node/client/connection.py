@@ -356,6 +356,14 @@ class Client(WorkflowOps):
             if not cursor:
                 return out
 
+    async def mark_recovery_point(self, message_id: str) -> dict[str, Any]:
+        """``markRecoveryPoint`` (docs/rewind.md): ``{recoveryPointId, scopeId, seq}``."""
+        return await self.request("markRecoveryPoint", messageId=message_id)
+
+    async def rewind(self, scope_id: str, recovery_point_id: str) -> dict[str, Any]:
+        """``rewind`` (docs/rewind.md): ``{suppressed, noticeMessageId, fromSeq, throughSeq}``."""
+        return await self.request("rewind", scopeId=scope_id, recoveryPointId=recovery_point_id)
+
     async def delete(self, message_id: str) -> dict[str, Any]:
         """The ``delete`` op: leave a tombstone in the message's place (its author,
         or the channel's owner). Idempotent."""

@@ -6,7 +6,7 @@ people, notification settings),
 (acks and redelivery), ``messages`` (the send path), ``reactions``, ``search``,
 ``admin`` (the workspace admin ops), ``presence`` (typing and presence, never
 stored), ``profiles`` (display names), ``tasks`` (task scopes), ``workflows`` (workflow
-plans and their transcript). Handlers
+plans and their transcript), ``rewind`` (recovery points and rewinds). Handlers
 see the session
 only through :class:`node.ops.context.Context`.
 """
@@ -25,6 +25,7 @@ from node.ops import (
     profiles,
     reactions,
     reading,
+    rewind,
     search,
     services,
     tasks,
@@ -58,6 +59,7 @@ from protocol.frames import (
     UpdateProfile,
 )
 from protocol.presence import PresenceList, SetPresence, Typing
+from protocol.rewind import MarkRecoveryPoint, Rewind
 from protocol.services import ServicePost
 from protocol.tasks import CreateTask, Tasks, UpdateTask
 from protocol.workflows import (
@@ -141,6 +143,10 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await workflows.request(ctx, request)
         case WorkflowReply():
             return await workflows.reply(ctx, request)
+        case MarkRecoveryPoint():
+            return await rewind.mark_recovery_point(ctx, request)
+        case Rewind():
+            return await rewind.rewind(ctx, request)
     if request.__struct_config__.tag in ADMIN_OPS:
         return await admin.handle(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")

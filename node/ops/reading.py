@@ -24,6 +24,7 @@ from protocol.frames import (
     to_builtins,
 )
 from storage import access, messages, reactions, read_state, scopes, services, sources
+from storage import rewind as rewind_store
 from storage.pg import TrioConnection
 from storage.visibility import Viewer
 
@@ -121,6 +122,7 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
     for message in shown:
         message["sources"] = cited.get(message["id"], [])
     await _with_reactions(ctx, shown)
+    await _with_rewound(ctx, scope_id, shown)
     if info.type is ScopeType.CHANNEL and shown and not member.is_private_agent:
         await _with_threads(ctx, scope_id, shown)
     result = {
@@ -171,6 +173,7 @@ async def _history_around(
     for message in shown:
         message["sources"] = cited.get(message["id"], [])
     await _with_reactions(ctx, shown)
+    await _with_rewound(ctx, scope_id, shown)
     if info.type is ScopeType.CHANNEL and shown and not member.is_private_agent:
         await _with_threads(ctx, scope_id, shown)
     latest = info.latest_seq
@@ -220,6 +223,18 @@ async def _with_reactions(ctx: Context, shown: list[dict[str, Any]]) -> None:
     summaries = await _reaction_summaries(ctx, [m["id"] for m in shown])
     for message in shown:
         message["reactions"] = summaries.get(message["id"], [])
+
+
+async def _with_rewound(ctx: Context, scope_id: str, shown: list[dict[str, Any]]) -> None:
+    """``rewound: true`` on each message a rewind set aside (docs/rewind.md)."""
+    if not shown:
+        return
+    seqs = [m["seq"] for m in shown]
+    async with ctx.services.pool.connection() as conn:
+        ranges = await rewind_store.rewound_ranges(conn, scope_id, min(seqs), max(seqs))
+    for message in shown:
+        if ranges and rewind_store.is_rewound(message["seq"], ranges):
+            message["rewound"] = True
 
 
 def thread_summary(stats: messages.ThreadStats) -> ThreadSummary:
