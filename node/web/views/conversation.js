@@ -205,7 +205,10 @@ export function onMessage(scopeId, message) {
   }
   scope.latestSeq = Math.max(scope.latestSeq || 0, message.seq);
   if (shown && document.visibilityState === "visible") scheduleMarkRead();
-  else if (!mine && message.seq > (scope.lastReadSeq || 0)) scope.unread = (scope.unread || 0) + 1;
+  // A rewind's notice raises no unread (docs/rewind.md).
+  else if (!mine && message.messageType !== "rewind_notice" && message.seq > (scope.lastReadSeq || 0)) {
+    scope.unread = (scope.unread || 0) + 1;
+  }
   renderScopes();
 }
 

@@ -12,6 +12,7 @@ import { sourcesNode, startQuote, openForward } from "./sources.js";
 import { attachmentsNode } from "./uploads.js";
 import { openThread } from "./thread.js";
 import { createTaskFrom, isTask } from "./tasks.js";
+import { isNotice, rewindActions, rewindTag, rewoundBody } from "./rewind.js";
 
 // Messages their author may edit: text, and a task's discussion.
 const EDITABLE = new Set(["text", "task_discussion"]);
@@ -47,7 +48,7 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
   const author = message.author || {};
   const mine = state.me && author.memberId === state.me.id;
   const scope = state.scopes.get(message.scopeId);
-  const live = !message.deleted && message.messageType !== "system";
+  const live = !message.deleted && message.messageType !== "system" && !isNotice(message);
   const canThread = !inThread && scope && scope.type === "channel" && live;
   const count = inThread ? 0 : replyCount(message);
   const threadScope = message.thread?.scopeId || threadScopeOfRoot(message.id);
@@ -60,6 +61,8 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
   if (mine) classes.push("mine");
   if (grouped) classes.push("grouped");
   if (message.deleted) classes.push("deleted");
+  if (message.rewound) classes.push("rewound");
+  if (isNotice(message)) classes.push("notice");
   if (mentionsMe(message) && !mine && !message.deleted) classes.push("mentions-me");
   const actions = [];
   if (live && !editing) {
@@ -96,6 +99,7 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
     if ((mine || (state.me && channelOwnerOf(message.scopeId) === state.me.id)) && supports("delete")) {
       actions.push(el("button", { type: "button", class: "link", onclick: () => deleteMessage(message) }, "Delete"));
     }
+    actions.push(...rewindActions(message));
   }
   let body;
   if (message.deleted) body = el("p", { class: "tombstone" }, "message deleted");
@@ -108,6 +112,7 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
       const last = body.lastElementChild;
       (last?.tagName === "P" ? last : body).append(last?.tagName === "P" ? " " : "", mark);
     }
+    body = rewoundBody(message, body);
   }
   return el(
     "article",
@@ -130,6 +135,7 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
           ? el("span", { class: "tag" }, author.type)
           : null,
       el("time", { datetime: message.createdAt, title: message.createdAt }, formatTime(message.createdAt)),
+      rewindTag(message),
     ),
     message.deleted ? null : sourcesNode(message),
     body,
