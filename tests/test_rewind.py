@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from actors.model import MemberType
-from node.client import Client, ClientError
+from node.client import Client, ClientError, open_daemon
 from node.outbox_worker import OutboxWorker, WorkerSettings
 from storage.outbox import LeasedRow
 from storage.pg import connect
@@ -182,7 +182,12 @@ async def _dm_rewind(world: World) -> None:
     pet = await world.member("kit", MemberType.AGENT, owner=ann, private=True)
     async with world.client(ann) as a, world.client(bob) as b, world.client(pet) as p:
         with_pet = await a.send(f"dm:{pet.id}", "hello pet")
+        # The agent's runtime marks the point (the daemon library's call).
+        url = f"{world.node.url}?workspace={world.workspace_id}"
+        async with open_daemon(url, pet.token, name="kit-runtime") as daemon:
+            point_id = await daemon.mark_recovery_point(with_pet["messageId"])
         point = await p.mark_recovery_point(with_pet["messageId"])
+        assert point["recoveryPointId"] == point_id
         with pytest.raises(ClientError) as agent:
             await p.rewind(point["scopeId"], point["recoveryPointId"])
         assert agent.value.code == "forbidden"

@@ -262,6 +262,13 @@ class DaemonClient:
                 self.frontier.hint(target_key, latest)
         return result
 
+    async def mark_recovery_point(self, message_id: str) -> str:
+        """A recovery point at a message this runtime reached (docs/rewind.md): its
+        owner may later rewind the conversation there. History marks what a rewind
+        set aside ``rewound: true``; a runtime may leave those out of its context."""
+        result = await self.client.mark_recovery_point(message_id)
+        return str(result["recoveryPointId"])
+
     async def send(
         self,
         target: str,
