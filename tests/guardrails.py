@@ -134,6 +134,7 @@ ACTOR_COLUMNS = {
     "notify_principal_member_id",
     "idempotency_subject_member_id",
     "rewound_by_member_id",
+    "requester_member_id",  # who asked a workflow request: one row per request
 }
 # Message-keyed tables with a member column that is not its actor: each is one
 # row per decision the plan or the member made, never one per reader.
