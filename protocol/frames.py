@@ -16,6 +16,13 @@ from msgspec import Meta, Struct
 
 from protocol.admin import AdminRequest
 from protocol.presence import PresenceList, SetPresence, Typing
+from protocol.schedules import (
+    CreateSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    Schedules,
+    UpdateSchedule,
+)
 from protocol.services import ServicePost
 from protocol.tasks import CreateTask, Tasks, UpdateTask
 from protocol.workflows import (
@@ -311,6 +318,11 @@ ClientFrame = (
     | WorkflowTranscript
     | WorkflowRequest
     | WorkflowReply
+    | CreateSchedule
+    | UpdateSchedule
+    | PauseSchedule
+    | DeleteSchedule
+    | Schedules
 )
 Request = (
     Send
@@ -349,6 +361,11 @@ Request = (
     | WorkflowTranscript
     | WorkflowRequest
     | WorkflowReply
+    | CreateSchedule
+    | UpdateSchedule
+    | PauseSchedule
+    | DeleteSchedule
+    | Schedules
 )
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__
@@ -439,6 +456,9 @@ class PersonEntry(Struct, rename="camel", kw_only=True, omit_defaults=True):
     owner_member_id: str | None = None
     # Set once the member chose one (additive; docs/design.md#profiles).
     avatar_color: str | None = None
+    # A service's kind: ``schedule`` for the workspace's schedule service
+    # (docs/schedules.md); unset for other services (additive).
+    service_kind: str | None = None
 
 
 class Welcome(_Frame, tag="welcome"):

@@ -25,6 +25,7 @@ from node.ops import (
     profiles,
     reactions,
     reading,
+    schedules,
     search,
     services,
     tasks,
@@ -58,6 +59,13 @@ from protocol.frames import (
     UpdateProfile,
 )
 from protocol.presence import PresenceList, SetPresence, Typing
+from protocol.schedules import (
+    CreateSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    Schedules,
+    UpdateSchedule,
+)
 from protocol.services import ServicePost
 from protocol.tasks import CreateTask, Tasks, UpdateTask
 from protocol.workflows import (
@@ -141,6 +149,10 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await workflows.request(ctx, request)
         case WorkflowReply():
             return await workflows.reply(ctx, request)
+        case CreateSchedule() | UpdateSchedule() | PauseSchedule() | DeleteSchedule():
+            return await schedules.change(ctx, request)
+        case Schedules():
+            return await schedules.list_schedules(ctx)
     if request.__struct_config__.tag in ADMIN_OPS:
         return await admin.handle(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")
