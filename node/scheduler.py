@@ -1,7 +1,7 @@
 """The scheduler: every node runs one; each occurrence is posted once (docs/schedules.md).
 
 A tick is one transaction on one connection: it claims the due schedule
-rows with ``FOR UPDATE SKIP LOCKED``, posts each occurrence through the
+rows (locked, skipping rows another node holds), posts each occurrence through the
 schedule service's send path (scope actor, Policy, Planner, Applier: the
 message's seq comes through the scope's fence and reaches live readers as
 any send's), and advances ``next_at`` before it commits. The message's

@@ -32,6 +32,7 @@ from node.client import Client
 from storage import directory, invites, scopes
 from storage.pg import connect
 from tests.nodes import Person, World, running_node
+from tests.test_authorization_schedules import schedule_lines
 from tests.test_authorization_services import service_lines
 from tests.test_authorization_tasks import task_lines
 from tests.test_authorization_workflows import workflow_lines
@@ -567,6 +568,7 @@ def render() -> str:
     lines += service_lines()
     lines += task_lines(_cell)
     lines += workflow_lines(_cell)
+    lines += schedule_lines()
     return "\n".join(lines) + "\n"
 
 
