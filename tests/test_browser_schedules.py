@@ -30,7 +30,7 @@ from tests.test_browser import (
 from tests.test_browser import pytestmark as pytestmark  # the browser mark, Chromium needed
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser
 
 ARRIVES_MS = 15_000  # five seconds ahead, a scheduler nap, and a loaded machine
 
