@@ -65,8 +65,9 @@ class UpdateSchedule(_Frame, tag="updateSchedule"):
 
 class PauseSchedule(_Frame, tag="pauseSchedule"):
     """Pause (``paused: true``) or resume a schedule of the caller's. A resumed
-    schedule fires from its next occurrence after now: what fell due while it
-    was paused is not sent."""
+    rule fires from its next occurrence after now (what fell due while it was
+    paused is not sent); a resumed one-off not sent yet is sent at its time, or
+    at once if that has passed."""
 
     id: RequestId
     schedule_id: Identifier

@@ -19,6 +19,7 @@ from actors.model import Member, MemberType, ScopeType
 from actors.schedule_rules import RuleError, next_occurrence, parse_rule, zone
 from actors.scope_roster import RosterCommand
 from node.ops.context import Context, member_of
+from node.ops.messages import check_moderation
 from node.views import rfc3339
 from protocol.errors import ErrorCode, OperationError
 from protocol.schedules import (
@@ -132,6 +133,8 @@ async def create(ctx: Context, request: CreateSchedule) -> dict[str, Any]:
     at = _at(request.at, now) if request.at is not None else None
     rule = _rule(request.rule) if request.rule is not None else None
     scope_id = await _target(ctx, owner, request.target)
+    # The keyword list an owner's own send passes, checked when it is written.
+    await check_moderation(ctx.services, owner, f"scope:{scope_id}", request.content)
     draft = Schedule(
         "", owner.workspace_id, owner.id, scope_id, request.content, at, rule,
         request.time_zone, now, None, False, 0, None, now,
@@ -165,6 +168,8 @@ async def _update(ctx: Context, owner: Member, request: UpdateSchedule) -> Sched
     at = _at(request.at, now) if request.at is not None else None
     rule = _rule(request.rule) if request.rule is not None else None
     scope_id = await _target(ctx, owner, request.target) if request.target is not None else None
+    if request.content is not None:
+        await check_moderation(ctx.services, owner, request.target or "me", request.content)
     return await _edit(
         ctx,
         owner,
