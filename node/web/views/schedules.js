@@ -72,6 +72,7 @@ async function remind(event) {
       timeZone: zone(),
     });
     input.value = "";
+    show($("schedule-button"), false);
     note(`Reminder set for ${formatTime(reminder.at.toISOString())}. It will arrive in your messages from Schedule.`);
     loadScheduled();
   } catch (err) {
@@ -140,6 +141,7 @@ async function schedule(event) {
     const made = await request("createSchedule", { target, content, timeZone: zone(), ...timing });
     $("schedule-dialog").close();
     $("composer-input").value = "";
+    show($("schedule-button"), false);
     note(`Scheduled for ${formatTime(made.nextAt)}.`);
     loadScheduled();
   } catch (err) {
@@ -203,8 +205,18 @@ export function runNote(src) {
 
 export function wireSchedules() {
   document.body.append(dialog());
-  const button = el("button", { id: "schedule-button", type: "button", onclick: openScheduler }, "Schedule message");
+  // Shown once there is something to schedule: an empty composer keeps its
+  // tab stops (Tab from it reaches the conversation list in three presses).
+  const button = el(
+    "button",
+    { id: "schedule-button", type: "button", class: "icon-button", "aria-label": "Schedule message", hidden: true, onclick: openScheduler },
+    "Schedule",
+  );
   $("composer-send").before(button);
+  const input = $("composer-input");
+  const offer = () => show(button, Boolean(input.value.trim()) && !input.value.trim().startsWith("/"));
+  input.addEventListener("input", offer);
+  $("composer").addEventListener("submit", () => queueMicrotask(offer));
   const list = el(
     "details",
     { class: "side-form", ontoggle: (event) => event.target.open && loadScheduled() },
