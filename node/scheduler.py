@@ -63,11 +63,14 @@ class Scheduler:
         while True:
             try:
                 fired = await self.tick()
-                nap = LONGEST_NAP_S if fired < BATCH else 0.0
-                if fired < BATCH:
-                    nap = await self._nap()
+                nap = await self._nap() if fired < BATCH else 0.0
             except DatabaseUnavailable:
                 log.warning("scheduler.database_unavailable")
+                nap = LONGEST_NAP_S
+            except Exception:
+                # Rolled back: the claimed rows are due again at the next tick.
+                # The node keeps serving whatever one schedule does.
+                log.exception("scheduler.tick_failed")
                 nap = LONGEST_NAP_S
             with trio.move_on_after(nap):
                 await self._poke.wait()

@@ -395,7 +395,9 @@ class MessageView(Struct, rename="camel", kw_only=True):
     (`kind`: `quote`, `forward` or `context`) when the viewer may read the cited
     message, else `{messageId: null, kind, unavailable: true}`; live `message`
     events carry `{messageId: null, kind, pending: true}` (read the message with
-    `history` to resolve it)."""
+    `history` to resolve it). A scheduled message's `sources` start with what
+    caused it, `{kind: "schedule_run", scheduleId, occurrenceAt, ownerMemberId,
+    delaySeconds?}` (see [schedules.md](schedules.md))."""
 
     id: str
     scope_id: str

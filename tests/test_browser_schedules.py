@@ -88,6 +88,7 @@ def schedule_and_remind(browser: Browser, node: RunningNode, ann: Person, bob: P
     listed = page.get_by_role("list", name="Scheduled messages").get_by_role("listitem")
     expect(listed).to_have_count(2)
     first = listed.filter(has_text="Stand-up in the big room")
+    expect(first).to_contain_text("in #ops")
     expect(first).to_contain_text("sent")
     first.get_by_role("button", name="Delete").click()
     expect(listed).to_have_count(1)

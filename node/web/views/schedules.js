@@ -5,7 +5,7 @@
 
 import { state } from "../store.js";
 import { $, el, show, setText } from "../dom.js";
-import { describeError, formatTime, personName } from "../format.js";
+import { describeError, formatTime, personName, scopeLabel } from "../format.js";
 import { request } from "../connection.js";
 
 const UNITS = { second: 1, minute: 60, hour: 3600, day: 86400 };
@@ -187,7 +187,7 @@ function scheduledItem(entry) {
     "li",
     { class: "scheduled" },
     text,
-    el("span", { class: "muted small" }, ` (${when(entry)}) `),
+    el("span", { class: "muted small" }, ` in ${scopeLabel(state.scopes.get(entry.targetScopeId)) || "a conversation"} (${when(entry)}) `),
     entry.nextAt
       ? el("button", { type: "button", class: "link small", onclick: act({ paused: !entry.paused }) }, entry.paused ? "Resume" : "Pause")
       : null,
