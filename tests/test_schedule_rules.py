@@ -98,3 +98,23 @@ def test_unknown_zone() -> None:
     with pytest.raises(RuleError) as caught:
         zone("Atlantis/Capital")
     assert caught.value.field == "timeZone"
+
+
+def test_the_scheduler_advances_a_weekly_schedule_across_the_change() -> None:
+    """What the scheduler stores as ``next_at`` after posting an occurrence."""
+    from node.ops.schedules import next_at
+    from storage.schedules import Schedule
+
+    created = utc(2026, 2, 20)
+    weekly = Schedule(
+        "sch_x", "ws_x", "mem_x", "scp_x", "stand-up", None,
+        {"every": "week", "weekday": "monday", "time": "09:30"},
+        "America/New_York", created, utc(2026, 3, 2, 14, 30), False, 2, None, created,
+    )  # fmt: skip
+    assert next_at(weekly, utc(2026, 3, 2, 14, 30)) == utc(2026, 3, 9, 13, 30)
+    assert next_at(weekly, utc(2026, 10, 26, 13, 30)) == utc(2026, 11, 2, 14, 30)
+    once = Schedule(
+        "sch_y", "ws_x", "mem_x", "scp_x", "once", utc(2026, 3, 2), None,
+        "UTC", created, utc(2026, 3, 2), False, 1, None, created,
+    )  # fmt: skip
+    assert next_at(once, utc(2026, 3, 2)) is None  # a one-off that fired is done
