@@ -48,8 +48,8 @@ import trio_websocket
 
 from node.client import attachments
 from node.client.attachments import http_base
-from node.client.workflows import WorkflowOps
 from node.client.schedules import ScheduleOps
+from node.client.workflows import WorkflowOps
 
 __all__ = [
     "Client",
