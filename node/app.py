@@ -26,6 +26,7 @@ from node.registry import ActorRegistry
 from node.relay import ClusterRelay
 from node.resolver import Resolver
 from node.revocation import watch_revocations
+from node.scheduler import Scheduler
 from node.server import handle_connection, serve_metrics
 from node.services import Services
 from protocol.errors import CloseCode
@@ -152,6 +153,8 @@ async def serve_node(
         relay = ClusterRelay(dsn, pool, hub, node_id)
         await nursery.start(relay.run)
         hub.relay = relay
+        services.scheduler = Scheduler(services)
+        nursery.start_soon(services.scheduler.run)
         listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
         # Connections live in the node's nursery, so that draining can stop
         # the accept loop (cancel, then close the listeners) and keep sessions.

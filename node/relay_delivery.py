@@ -224,7 +224,7 @@ class Delivery:
                 privileged = shown_to is not None and reader in shown_to
                 if privileged not in framed:
                     view = stored_message_view(message, reader if privileged else None)
-                    view.sources = [pending(_view_kind(k)) for k in row.source_kinds]
+                    view.sources += [pending(_view_kind(k)) for k in row.source_kinds]
                     framed[privileged] = frame(
                         encode(MessageEvent(scope_id=scope_id, message=view))
                     )

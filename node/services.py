@@ -37,6 +37,8 @@ class Services:
     metrics_port: int | None = None  # the --metrics-bind listener's, when there is one
     sessions: set[Any] = field(default_factory=set)
     worker: Any = None
+    # The scheduler loop (node/scheduler.py), once the node runs it.
+    scheduler: Any = None
     # Swapped whole on SIGHUP (node/app.py); sends read it without a lock.
     moderation: KeywordList = field(default_factory=KeywordList)
     uploads: UploadGate = field(default_factory=UploadGate)
@@ -45,3 +47,8 @@ class Services:
 
     def __post_init__(self) -> None:
         self.presence = PresenceBoard(self.hub, self.settings.presence_idle_s)
+
+    def scheduler_wake(self) -> None:
+        """A schedule changed here: the scheduler looks again now, not at its next nap's end."""
+        if self.scheduler is not None:
+            self.scheduler.wake()

@@ -88,12 +88,22 @@ def stored_message_view(message: StoredMessage, viewer_id: str | None) -> Messag
         content=message.content,
         created_at=rfc3339(message.created_at),
         metadata=metadata,
+        sources=run_sources(metadata),
         attachments=attachment_views(message.metadata),
         mentions=list(message.mentions),
         revision=message.revision,
         edited_at=rfc3339(message.edited_at) if message.edited_at is not None else None,
         deleted=message.deleted_at is not None,
     )
+
+
+def run_sources(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What caused a scheduled message (docs/schedules.md): its ``schedule_run``
+    ref, shown first among its ``sources``; the cited messages follow."""
+    source = metadata.get("source")
+    if isinstance(source, dict) and source.get("kind") == "schedule_run":
+        return [dict(source)]
+    return []
 
 
 # Stored with the message but shown as fields of their own (or not at all).
@@ -135,7 +145,7 @@ def committed_message_view(plan: MessagePlan, commit: CommittedSend) -> MessageV
     # One encoding serves every reader, so no source is checked per reader
     # here: each is ``pending`` until the reader reads the message through
     # history (docs/design.md#sources).
-    view.sources = [
+    view.sources += [
         pending(VIEW_KIND[s.kind]) for s in intent.sources if s.context_member_id is None
     ]
     return view

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from msgspec import inspect
 
-from protocol import admin, frames, presence, rewind, services, tasks, workflows
+from protocol import admin, frames, presence, rewind, schedules, services, tasks, workflows
 from protocol.errors import CloseCode, ErrorCode
 
 INTRO = """\
@@ -280,6 +280,7 @@ RESULTS |= services.results()
 RESULTS |= tasks.RESULTS
 RESULTS |= workflows.RESULTS
 RESULTS |= rewind.RESULTS
+RESULTS |= schedules.RESULTS
 
 # Per server frame: when it is sent.
 EVENTS: dict[str, str] = {
@@ -566,6 +567,8 @@ def render() -> str:
         admin.AdminInviteEntry,
         tasks.TaskEntry,
         workflows.WorkflowPlanEntry,
+        schedules.RuleIn,
+        schedules.ScheduleEntry,
     ]
     for cls in shared:
         out += [f"### `{cls.__name__}`", ""]

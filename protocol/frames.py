@@ -17,6 +17,13 @@ from msgspec import Meta, Struct
 from protocol.admin import AdminRequest
 from protocol.presence import PresenceList, SetPresence, Typing
 from protocol.rewind import MarkRecoveryPoint, Rewind
+from protocol.schedules import (
+    CreateSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    Schedules,
+    UpdateSchedule,
+)
 from protocol.services import ServicePost
 from protocol.tasks import CreateTask, Tasks, UpdateTask
 from protocol.workflows import (
@@ -314,6 +321,11 @@ ClientFrame = (
     | WorkflowReply
     | MarkRecoveryPoint
     | Rewind
+    | CreateSchedule
+    | UpdateSchedule
+    | PauseSchedule
+    | DeleteSchedule
+    | Schedules
 )
 Request = (
     Send
@@ -354,6 +366,11 @@ Request = (
     | WorkflowReply
     | MarkRecoveryPoint
     | Rewind
+    | CreateSchedule
+    | UpdateSchedule
+    | PauseSchedule
+    | DeleteSchedule
+    | Schedules
 )
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__
@@ -383,7 +400,9 @@ class MessageView(Struct, rename="camel", kw_only=True):
     (`kind`: `quote`, `forward` or `context`) when the viewer may read the cited
     message, else `{messageId: null, kind, unavailable: true}`; live `message`
     events carry `{messageId: null, kind, pending: true}` (read the message with
-    `history` to resolve it)."""
+    `history` to resolve it). A scheduled message's `sources` start with what
+    caused it, `{kind: "schedule_run", scheduleId, occurrenceAt, ownerMemberId,
+    delaySeconds?}` (see [schedules.md](schedules.md))."""
 
     id: str
     scope_id: str
@@ -444,6 +463,9 @@ class PersonEntry(Struct, rename="camel", kw_only=True, omit_defaults=True):
     owner_member_id: str | None = None
     # Set once the member chose one (additive; docs/design.md#profiles).
     avatar_color: str | None = None
+    # A service's kind: ``schedule`` for the workspace's schedule service
+    # (docs/schedules.md); unset for other services (additive).
+    service_kind: str | None = None
 
 
 class Welcome(_Frame, tag="welcome"):

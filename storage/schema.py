@@ -39,6 +39,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (17, "tasks", "schema_v17_tasks.sql"),
     (18, "services", "schema_v18_services.sql"),
     (19, "workflows", "schema_v19_workflows.sql"),
+    (20, "schedules", "schema_v20_schedules.sql"),
     (22, "rewind", "schema_v22_rewind.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators

@@ -33,6 +33,7 @@ from storage import directory, invites, scopes
 from storage.pg import connect
 from tests.nodes import Person, World, running_node
 from tests.test_authorization_rewind import rewind_lines
+from tests.test_authorization_schedules import schedule_lines
 from tests.test_authorization_services import service_lines
 from tests.test_authorization_tasks import task_lines
 from tests.test_authorization_workflows import workflow_lines
@@ -569,6 +570,7 @@ def render() -> str:
     lines += task_lines(_cell)
     lines += workflow_lines(_cell)
     lines += rewind_lines(_cell)
+    lines += schedule_lines()
     return "\n".join(lines) + "\n"
 
 

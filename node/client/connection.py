@@ -48,6 +48,7 @@ import trio_websocket
 
 from node.client import attachments
 from node.client.attachments import http_base
+from node.client.schedules import ScheduleOps
 from node.client.workflows import WorkflowOps
 
 __all__ = [
@@ -115,7 +116,7 @@ def _id_key(request_id: Any) -> bytes:
     return _encoder.encode(request_id)
 
 
-class Client(WorkflowOps):
+class Client(WorkflowOps, ScheduleOps):
     """One authenticated session. Create it with :func:`open_client`."""
 
     welcome: dict[str, Any]

@@ -26,6 +26,7 @@ from node.ops import (
     reactions,
     reading,
     rewind,
+    schedules,
     search,
     services,
     tasks,
@@ -60,6 +61,13 @@ from protocol.frames import (
 )
 from protocol.presence import PresenceList, SetPresence, Typing
 from protocol.rewind import MarkRecoveryPoint, Rewind
+from protocol.schedules import (
+    CreateSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    Schedules,
+    UpdateSchedule,
+)
 from protocol.services import ServicePost
 from protocol.tasks import CreateTask, Tasks, UpdateTask
 from protocol.workflows import (
@@ -147,6 +155,10 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await rewind.mark_recovery_point(ctx, request)
         case Rewind():
             return await rewind.rewind(ctx, request)
+        case CreateSchedule() | UpdateSchedule() | PauseSchedule() | DeleteSchedule():
+            return await schedules.change(ctx, request)
+        case Schedules():
+            return await schedules.list_schedules(ctx)
     if request.__struct_config__.tag in ADMIN_OPS:
         return await admin.handle(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")

@@ -27,7 +27,7 @@ from protocol.frames import (
     SetNotification,
     to_builtins,
 )
-from storage import directory, scopes
+from storage import directory, schedules, scopes
 from storage.errors import UniqueViolation
 
 
@@ -163,6 +163,7 @@ async def list_people(ctx: Context) -> dict[str, Any]:
     member = member_of(ctx)
     async with ctx.services.pool.connection() as conn:
         listing = await scopes.people_for(conn, member)
+        scheduler_id = await schedules.service_id(conn, member.workspace_id)
     people = [
         PersonEntry(
             id=p.id,
@@ -171,6 +172,7 @@ async def list_people(ctx: Context) -> dict[str, Any]:
             type=p.type,
             owner_member_id=p.owner_member_id if p.private else None,
             avatar_color=p.avatar_color,
+            service_kind="schedule" if p.id == scheduler_id else None,
         )
         for p in listing
     ]

@@ -76,7 +76,7 @@ async def thread_root(ctx: Context, info: ScopeInfo) -> dict[str, Any] | None:
         cited = await sources.sources_for(conn, [root.message.id], member)
         shown_reactions = await reactions.summaries(conn, [root.message.id], member)
     view = stored_message_view(root.message, member.id)
-    view.sources = cited.get(root.message.id, [])
+    view.sources += cited.get(root.message.id, [])
     view.reactions = [s.view() for s in shown_reactions.get(root.message.id, [])]
     shown: dict[str, Any] = to_builtins(view)
     return shown
@@ -120,7 +120,7 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
         covers = latest
     shown = [to_builtins(stored_message_view(r.message, member.id)) for r in page.messages]
     for message in shown:
-        message["sources"] = cited.get(message["id"], [])
+        message["sources"] += cited.get(message["id"], [])
     await _with_reactions(ctx, shown)
     await _with_rewound(ctx, scope_id, shown)
     if info.type is ScopeType.CHANNEL and shown and not member.is_private_agent:
@@ -171,7 +171,7 @@ async def _history_around(
         cited = await sources.sources_for(conn, [r.message.id for r in found], member)
     shown = [to_builtins(stored_message_view(r.message, member.id)) for r in found]
     for message in shown:
-        message["sources"] = cited.get(message["id"], [])
+        message["sources"] += cited.get(message["id"], [])
     await _with_reactions(ctx, shown)
     await _with_rewound(ctx, scope_id, shown)
     if info.type is ScopeType.CHANNEL and shown and not member.is_private_agent:
@@ -271,7 +271,7 @@ async def resume(ctx: Context, resume_from: dict[str, int]) -> dict[str, int]:
         summaries = await _reaction_summaries(ctx, [r.message.id for r in page.messages])
         for readable in page.messages:
             view = stored_message_view(readable.message, viewer.member.id)
-            view.sources = cited.get(readable.message.id, [])
+            view.sources += cited.get(readable.message.id, [])
             view.reactions = summaries.get(readable.message.id, [])
             payload = encode(MessageEvent(scope_id=scope_id, message=view))
             # Paced by the writer: a burst of up to 200 messages must not close

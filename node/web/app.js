@@ -25,6 +25,7 @@ import { wireTyping, wireIdle } from "./views/presence.js";
 import { wireProfile } from "./views/profile.js";
 import { wireTasks } from "./views/tasks.js";
 import { wireWorkflows } from "./views/workflows.js";
+import { wireSchedules } from "./views/schedules.js";
 
 function init() {
   $("login-form").addEventListener("submit", (event) => {
@@ -53,6 +54,7 @@ function init() {
   wireProfile();
   wireTasks();
   wireWorkflows();
+  wireSchedules();
   $("load-older").addEventListener("click", () => {
     const view = state.view;
     if (!view || view.loading) return;

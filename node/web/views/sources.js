@@ -12,6 +12,7 @@ import { renderExtras } from "./uploads.js";
 import { openAt } from "./search.js";
 import { openThreadScope } from "./thread.js";
 import { openDialog } from "./dialogs.js";
+import { runNote } from "./schedules.js";
 
 function sourceWord(kind) {
   return kind === "quote" ? "Quoted" : kind === "context" ? "Context" : "Forwarded";
@@ -25,6 +26,7 @@ export function sourcesNode(message) {
 }
 
 function sourceNode(src) {
+  if (src.kind === "schedule_run") return runNote(src);
   const word = sourceWord(src.kind);
   const placeholder = (text) => el("blockquote", { class: "source pending", "aria-label": `${word} message` }, text);
   if (src.unavailable) {
