@@ -43,6 +43,9 @@ LONGEST_NAP_S = 1.0
 # An occurrence posted this much after its time says so in its source ref.
 LATE_AFTER = timedelta(seconds=5)
 RUN_KIND = "schedule_run"
+# A rule's occurrence missed by more than this, with a later one also due, is
+# skipped: after a long outage a daily prompt is posted once, not once a day.
+CATCH_UP = timedelta(hours=1)
 
 
 def client_message_id(schedule: Schedule, occurrence: datetime) -> str:
@@ -90,10 +93,14 @@ class Scheduler:
             for schedule in due:
                 assert now is not None
                 assert schedule.next_at is not None
-                run = await self._fire(conn, schedule, schedule.next_at, now)
-                after = schedule.next_at
+                occurrence = schedule.next_at
                 fired = replace(schedule, fired=schedule.fired + 1)
-                await schedules.advance(conn, schedule.id, next_at(fired, after), run)
+                following = next_at(fired, occurrence)
+                if superseded(occurrence, following, now):
+                    run = _superseded_run(occurrence)
+                else:
+                    run = await self._fire(conn, schedule, occurrence, now)
+                await schedules.advance(conn, schedule.id, following, run)
         return len(due)
 
     async def _fire(
@@ -196,6 +203,15 @@ class Scheduler:
                 }
             },
         )
+
+
+def superseded(occurrence: datetime, following: datetime | None, now: datetime) -> bool:
+    """Whether a missed occurrence gives way to a later one that is also due."""
+    return following is not None and following <= now and now - occurrence > CATCH_UP
+
+
+def _superseded_run(occurrence: datetime) -> dict[str, Any]:
+    return {"occurrenceAt": rfc3339(occurrence), "outcome": "skipped", "reason": "superseded"}
 
 
 def _noop(_: Any) -> None:

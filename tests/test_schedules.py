@@ -18,6 +18,7 @@ import trio
 
 from actors.model import MemberType
 from node.client import Client
+from node.scheduler import superseded
 from storage.pg import connect
 from tests.nodes import World, make_channel, running_node
 
@@ -207,3 +208,17 @@ async def _runs(database_url: str, schedule_id: str) -> int:
         row = await cur.fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_a_long_outage_posts_a_rule_s_latest_missed_occurrence_only() -> None:
+    monday = datetime(2026, 12, 7, 9, 30, tzinfo=UTC)
+    day = timedelta(days=1)
+    now = monday + 2 * day + timedelta(hours=3)  # back on Wednesday at 12:30
+    # Monday's and Tuesday's give way to Wednesday's, which is posted late.
+    assert superseded(monday, monday + day, now)
+    assert superseded(monday + day, monday + 2 * day, now)
+    assert not superseded(monday + 2 * day, monday + 3 * day, now)
+    # Within the hour every missed occurrence is still posted, in order.
+    assert not superseded(now - timedelta(minutes=30), now - timedelta(minutes=29), now)
+    # A one-off has no later occurrence to give way to.
+    assert not superseded(monday, None, now)
