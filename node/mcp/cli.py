@@ -1,0 +1,66 @@
+"""``scopenode mcp``: run the MCP server of one agent member on stdio.
+
+    scopenode mcp --url ws://127.0.0.1:8765/v1/ws --token snt_…
+
+The token may come from ``SCOPENODE_TOKEN`` instead, so that it stays out of
+a process listing and of the MCP client's configuration file. Standard output
+is the MCP channel: logs go to standard error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+TOKEN_ENV = "SCOPENODE_TOKEN"
+USAGE_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="scopenode mcp",
+        description="Serve one agent member's tools to an MCP client on stdio.",
+    )
+    parser.add_argument(
+        "--url", required=True, help="the node's WebSocket URL, e.g. ws://127.0.0.1:8765/v1/ws"
+    )
+    parser.add_argument(
+        "--token", default=None, help=f"the agent member's token (default: ${TOKEN_ENV})"
+    )
+    parser.add_argument("--log-level", default="warning")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    token = args.token or os.environ.get(TOKEN_ENV, "")
+    if not token:
+        print(f"scopenode mcp: --token or ${TOKEN_ENV} is required", file=sys.stderr)
+        return USAGE_ERROR
+    # Imported here: --help and argument errors need none of it.
+    import trio
+
+    from node import logs
+    from node.client import ConnectionClosed
+    from node.mcp.run import serve_stdio
+
+    logs.configure(args.log_level, json=True)
+    try:
+        trio.run(serve_stdio, args.url, token)
+    except ConnectionClosed as exc:
+        print(f"scopenode mcp: the node closed the session: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except OSError as exc:
+        print(f"scopenode mcp: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,175 @@
+"""``scopenode mcp`` over stdio, driven by the MCP SDK's own client against a real node.
+
+One node for the module. The agent ``helper`` is reached through
+``python -m node mcp`` (a real subprocess, as an MCP client starts it):
+it lists its tools and conversations, reads, sends, is held when a human
+wrote after its last read (shown what it missed, nothing stored), waits for
+attention while a human mentions it (the wake arrives within a second), and
+its wake survives a server that dies before answering: the next server gets
+it again, answers it, and only then is it acknowledged.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from actors.model import MemberType
+from node.client import open_client
+from tests.nodes import Person, RunningNode, World, make_channel, running_node
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = {
+    "list_conversations",
+    "read_messages",
+    "send_message",
+    "wait_for_attention",
+    "dismiss",
+    "react",
+    "search",
+    "edit_message",
+    "delete_message",
+    "explain",
+    "create_task",
+    "update_task",
+    "my_tasks",
+}
+
+
+@asynccontextmanager
+async def mcp_session(node: RunningNode, agent: Person) -> AsyncIterator[ClientSession]:
+    """``python -m node mcp`` for ``agent``, as an MCP client starts it, initialized."""
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "node", "mcp", "--url", node.url],
+        env={"SCOPENODE_TOKEN": agent.token},
+        cwd=ROOT,
+    )
+    async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    """A tool call that must succeed: its text and structured content."""
+    result = await session.call_tool(tool, arguments)
+    text = "".join(getattr(c, "text", "") for c in result.content)
+    assert not result.is_error, text
+    return text, dict(result.structured_content or {})
+
+
+async def refused(session: ClientSession, tool: str, **arguments: Any) -> str:
+    """A tool call the node refuses: the error code it carries."""
+    result = await session.call_tool(tool, arguments)
+    assert result.is_error, result
+    return str((result.structured_content or {})["error"]["code"])
+
+
+async def test_tools_read_send_held_wake_and_redelivery(database_url: str, tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with running_node(database_url, tmp_path) as node:
+            world = await World.create(node)
+            ann = await world.member("ann")
+            helper = await world.member("helper", MemberType.AGENT)
+            async with world.client(ann) as human:
+                async with world.client(helper) as plain:
+                    await make_channel(human, "general", plain)
+                await human.send("#general", "hello team")
+
+                async with mcp_session(node, helper) as mcp:
+                    listed = await mcp.list_tools()
+                    assert {t.name for t in listed.tools} == TOOLS
+                    assert all(t.description and t.input_schema for t in listed.tools)
+
+                    text, found = await call(mcp, "list_conversations")
+                    general = next(c for c in found["conversations"] if c["name"] == "#general")
+                    assert general["unread"] == 1
+                    assert "#general" in text
+
+                    text, page = await call(mcp, "read_messages", conversation="#general")
+                    assert "@ann: hello team" in text
+                    assert [m["text"] for m in page["messages"]] == ["hello team"]
+
+                    text, sent = await call(
+                        mcp, "send_message", conversation="#general", text="hi, I am here"
+                    )
+                    assert sent["state"] == "sent", text
+
+                    await held_then_sent(mcp, human)
+                    wake_id = await woken_within_a_second(mcp, human)
+
+                # The server died between the wake and the answer: the next one
+                # is handed the same wake, and its reply acknowledges it.
+                async with mcp_session(node, helper) as mcp:
+                    text, woken = await call(mcp, "wait_for_attention", timeout_s=10)
+                    assert woken["wake"]["wakeId"] == wake_id, text
+                    text, _explained = await call(
+                        mcp, "explain", message_id=woken["wake"]["message"]["id"]
+                    )
+                    assert "@ann mentioned you in #general" in text
+                    text, sent = await call(
+                        mcp, "send_message", conversation="#general", text="on it, ann"
+                    )
+                    assert sent["state"] == "sent"
+                    assert sent["wakesAcknowledged"] == [wake_id]
+                    await human.events_until(
+                        lambda e: (
+                            e["type"] == "message" and e["message"]["content"] == "on it, ann"
+                        ),
+                        timeout=5,
+                    )
+
+            await no_pending_wake(node, helper)
+
+
+async def held_then_sent(mcp: ClientSession, human: Any) -> None:
+    """A send after someone wrote unseen is held: shown the message, nothing stored."""
+    await call(mcp, "read_messages", conversation="#general")
+    await human.send("#general", "wait, the deploy moved to friday")
+    text, held = await call(mcp, "send_message", conversation="#general", text="deploy is today")
+    assert held["state"] == "held", text
+    assert "1 new message arrived" in text
+    assert "send again if your reply still stands" in text
+    assert [m["text"] for m in held["missed"]] == ["wait, the deploy moved to friday"]
+    latest = await human.history("#general", limit=1)
+    assert latest["messages"][-1]["content"] == "wait, the deploy moved to friday"
+    text, sent = await call(mcp, "send_message", conversation="#general", text="noted: friday")
+    assert sent["state"] == "sent", text
+
+
+async def woken_within_a_second(mcp: ClientSession, human: Any) -> str:
+    """A mention wakes the waiting agent within a second; returns the wake id."""
+    outcome: dict[str, Any] = {}
+
+    async def wait() -> None:
+        outcome["text"], outcome["wake"] = await call(mcp, "wait_for_attention", timeout_s=10)
+        outcome["at"] = time.monotonic()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        mentioned = time.monotonic()
+        await human.send("#general", "@helper can you check the build?")
+    assert outcome["at"] - mentioned < 1.0, outcome["at"] - mentioned
+    wake = outcome["wake"]["wake"]
+    assert wake["reason"] == "mention"
+    assert wake["conversation"] == "#general"
+    assert wake["message"]["text"] == "@helper can you check the build?"
+    assert "can you check the build?" in outcome["text"]
+    return str(wake["wakeId"])
+
+
+async def no_pending_wake(node: RunningNode, agent: Person) -> None:
+    """The node hands a daemon its pending wakes before answering anything: none is left."""
+    async with open_client(
+        node.url, agent.token, kind="daemon", capabilities=("freshness", "ack")
+    ) as daemon:
+        await daemon.request("scopes")
+        assert daemon.pending_events() == 0
