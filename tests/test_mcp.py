@@ -3,7 +3,8 @@
 One node for the module. The agent ``helper`` is reached through
 ``python -m node mcp`` (a real subprocess, as an MCP client starts it):
 it lists its tools and conversations, reads, sends, is held when a human
-wrote after its last read (shown what it missed, nothing stored), waits for
+wrote after its last read (shown what it missed, nothing stored), follows a
+conversation resource (told when a message arrives), waits for
 attention while a human mentions it (the wake arrives within a second), and
 its wake survives a server that dies before answering: the next server gets
 it again, answers it, and only then is it acknowledged.
@@ -13,14 +14,17 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import trio
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from actors.model import MemberType
 from node.client import open_client
@@ -45,15 +49,26 @@ TOOLS = {
 
 
 @asynccontextmanager
-async def mcp_session(node: RunningNode, agent: Person) -> AsyncIterator[ClientSession]:
-    """``python -m node mcp`` for ``agent``, as an MCP client starts it, initialized."""
+async def mcp_session(
+    node: RunningNode, agent: Person, updated: trio.MemorySendChannel[str] | None = None
+) -> AsyncIterator[ClientSession]:
+    """``python -m node mcp`` for ``agent``, as an MCP client starts it, initialized;
+    the URIs of ``resources/updated`` notifications go to ``updated``."""
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", "node", "mcp", "--url", node.url],
         env={"SCOPENODE_TOKEN": agent.token},
         cwd=ROOT,
     )
-    async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+
+    async def notified(message: Any) -> None:
+        if updated is not None and isinstance(message, types.ResourceUpdatedNotification):
+            await updated.send(str(message.params.uri))
+
+    async with (
+        stdio_client(server) as (read, write),
+        ClientSession(read, write, message_handler=notified) as session,
+    ):
         await session.initialize()
         yield session
 
@@ -84,7 +99,8 @@ async def test_tools_read_send_held_wake_and_redelivery(database_url: str, tmp_p
                     await make_channel(human, "general", plain)
                 await human.send("#general", "hello team")
 
-                async with mcp_session(node, helper) as mcp:
+                updated_in, updated_out = trio.open_memory_channel[str](10)
+                async with mcp_session(node, helper, updated_in) as mcp:
                     listed = await mcp.list_tools()
                     assert {t.name for t in listed.tools} == TOOLS
                     assert all(t.description and t.input_schema for t in listed.tools)
@@ -102,6 +118,17 @@ async def test_tools_read_send_held_wake_and_redelivery(database_url: str, tmp_p
                         mcp, "send_message", conversation="#general", text="hi, I am here"
                     )
                     assert sent["state"] == "sent", text
+
+                    uri = f"scopenode://conversation/{general['id']}"
+                    with warnings.catch_warnings():
+                        # The handshake era's subscribe; the server serves subscriptions/listen too.
+                        warnings.simplefilter("ignore", MCPDeprecationWarning)
+                        await mcp.subscribe_resource(uri)
+                    await human.send("#general", "anyone around?")
+                    with trio.fail_after(5):
+                        assert await updated_out.receive() == uri
+                    read = await mcp.read_resource(uri)
+                    assert "@ann: anyone around?" in read.contents[0].text  # type: ignore[union-attr]
 
                     await held_then_sent(mcp, human)
                     wake_id = await woken_within_a_second(mcp, human)

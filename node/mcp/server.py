@@ -6,7 +6,8 @@ its one session: the node decides what the agent may read and do, and a tool
 the node refuses answers ``isError`` with the node's code and message.
 
 Resources: ``scopenode://conversation/<id>`` is the conversation's latest
-messages as text. A client that subscribes to one gets
+messages as text. A client that subscribes to one (``resources/subscribe``,
+or a ``subscriptions/listen`` stream naming its URI) gets
 ``notifications/resources/updated`` whenever a message arrives there.
 Reading a resource does not move the agent's frontier: a client may read it
 without showing it to the model.
@@ -22,6 +23,7 @@ import structlog
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
 from node.client import ClientError
@@ -40,10 +42,13 @@ def resource_uri(scope_id: str) -> str:
 
 
 class Subscriptions:
-    """Which client sessions follow which conversations; told of each new message."""
+    """Who follows which conversation, told of each message the agent's session gets:
+    sessions that subscribed (``resources/subscribe``) and listen streams
+    (``subscriptions/listen``, which filter the bus's events by URI themselves)."""
 
     def __init__(self) -> None:
         self._followers: dict[str, set[ServerSession]] = {}
+        self.bus = InMemorySubscriptionBus()
 
     def add(self, scope_id: str, session: ServerSession) -> None:
         self._followers.setdefault(scope_id, set()).add(session)
@@ -52,6 +57,9 @@ class Subscriptions:
         self._followers.get(scope_id, set()).discard(session)
 
     async def changed(self, scope_id: str) -> None:
+        # Only conversations the agent reads have messages on its session, so a
+        # listener never learns of activity the agent could not see.
+        await self.bus.publish(ResourceUpdated(uri=resource_uri(scope_id)))
         for session in list(self._followers.get(scope_id, ())):
             try:
                 await session.send_resource_updated(resource_uri(scope_id))
@@ -179,4 +187,5 @@ def build_server(agent: Agent, subscriptions: Subscriptions) -> Server[Any]:
         on_read_resource=read_resource,
         on_subscribe_resource=subscribe,
         on_unsubscribe_resource=unsubscribe,
+        on_subscriptions_listen=ListenHandler(subscriptions.bus),
     )
