@@ -50,14 +50,14 @@ TOOLS = {
 
 @asynccontextmanager
 async def mcp_session(
-    node: RunningNode, agent: Person, updated: trio.MemorySendChannel[str] | None = None
+    node: RunningNode, token: str, updated: trio.MemorySendChannel[str] | None = None
 ) -> AsyncIterator[ClientSession]:
-    """``python -m node mcp`` for ``agent``, as an MCP client starts it, initialized;
+    """``python -m node mcp`` for the agent of ``token``, as an MCP client starts it, initialized;
     the URIs of ``resources/updated`` notifications go to ``updated``."""
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", "node", "mcp", "--url", node.url],
-        env={"SCOPENODE_TOKEN": agent.token},
+        env={"SCOPENODE_TOKEN": token},
         cwd=ROOT,
     )
 
@@ -100,7 +100,7 @@ async def test_tools_read_send_held_wake_and_redelivery(database_url: str, tmp_p
                 await human.send("#general", "hello team")
 
                 updated_in, updated_out = trio.open_memory_channel[str](10)
-                async with mcp_session(node, helper, updated_in) as mcp:
+                async with mcp_session(node, helper.token, updated_in) as mcp:
                     listed = await mcp.list_tools()
                     assert {t.name for t in listed.tools} == TOOLS
                     assert all(t.description and t.input_schema for t in listed.tools)
@@ -135,7 +135,7 @@ async def test_tools_read_send_held_wake_and_redelivery(database_url: str, tmp_p
 
                 # The server died between the wake and the answer: the next one
                 # is handed the same wake, and its reply acknowledges it.
-                async with mcp_session(node, helper) as mcp:
+                async with mcp_session(node, helper.token) as mcp:
                     text, woken = await call(mcp, "wait_for_attention", timeout_s=10)
                     assert woken["wake"]["wakeId"] == wake_id, text
                     text, _explained = await call(

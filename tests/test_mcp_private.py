@@ -48,7 +48,7 @@ async def test_private_agent_sees_only_what_the_predicate_gives(
                     await p.history(f"scope:{hidden['scopeId']}")
                 node_code = denied.value.code
 
-            async with mcp_session(node, agent) as mcp:
+            async with mcp_session(node, agent.token) as mcp:
                 text, page = await call(mcp, "read_messages", conversation="#c")
                 assert [m["text"] for m in page["messages"]] == ["zebra plan from the owner"]
                 assert "secret" not in text
