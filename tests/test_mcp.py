@@ -131,6 +131,7 @@ async def test_tools_read_send_held_wake_and_redelivery(database_url: str, tmp_p
                     assert "@ann: anyone around?" in read.contents[0].text  # type: ignore[union-attr]
 
                     await held_then_sent(mcp, human)
+                    await the_other_tools(mcp)
                     wake_id = await woken_within_a_second(mcp, human)
 
                 # The server died between the wake and the answer: the next one
@@ -170,6 +171,49 @@ async def held_then_sent(mcp: ClientSession, human: Any) -> None:
     assert latest["messages"][-1]["content"] == "wait, the deploy moved to friday"
     text, sent = await call(mcp, "send_message", conversation="#general", text="noted: friday")
     assert sent["state"] == "sent", text
+
+
+async def the_other_tools(mcp: ClientSession) -> None:
+    """DMs by handle, threads, reactions, edits, search, tasks; refusals carry the node's code."""
+    text, sent = await call(mcp, "send_message", conversation="@ann", text="a word in private")
+    assert sent["state"] == "sent", text
+    _, found = await call(mcp, "list_conversations")
+    assert {"@ann", "#general"} <= {c["name"] for c in found["conversations"]}
+
+    _, page = await call(mcp, "read_messages", conversation="#general", limit=2)
+    root = page["messages"][0]
+    text, sent = await call(
+        mcp, "send_message", conversation="#general", thread=root["id"], text="in the thread"
+    )
+    assert sent["state"] == "sent", text
+    _, page = await call(mcp, "read_messages", conversation="#general", since=root["seq"] - 1)
+    assert page["messages"][0]["thread"]["replies"] == 1
+
+    text, reacted = await call(mcp, "react", message_id=root["id"], emoji=":+1:")
+    assert reacted["changed"], text
+    mine = sent["messageId"]
+    _, edited = await call(mcp, "edit_message", message_id=mine, text="in the thread, edited")
+    assert edited["revision"] == 1
+    await call(mcp, "delete_message", message_id=mine)
+    assert await refused(mcp, "edit_message", message_id=root["id"], text="not mine") in (
+        "forbidden"
+    )
+    text, hits = await call(mcp, "search", query="deploy moved", conversation="#general")
+    assert [h["text"] for h in hits["hits"]] == ["wait, the deploy moved to friday"], text
+
+    text, task = await call(mcp, "create_task", title="Check the build", assignees=["@ann"])
+    _, mine_now = await call(mcp, "my_tasks")
+    assert [t["taskId"] for t in mine_now["tasks"]] == [task["taskId"]], text
+    _, updated = await call(mcp, "update_task", task_id=task["taskId"], status="done")
+    assert updated["task"]["status"] == "done"
+
+    assert await refused(mcp, "read_messages", conversation="#nowhere") == "not_found"
+    assert await refused(mcp, "send_message", conversation="#general") == "validation_failed"
+    assert await refused(mcp, "read_messages", conversation="#general", limit=0) == (
+        "validation_failed"
+    )
+    text, _ = await call(mcp, "dismiss")
+    assert text == "No wake was open."
 
 
 async def woken_within_a_second(mcp: ClientSession, human: Any) -> str:
