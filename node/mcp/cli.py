@@ -1,10 +1,11 @@
-"""``scopenode mcp``: run the MCP server of one agent member on stdio.
+"""``scopenode mcp``: run the MCP server of one agent member on stdio (or HTTP).
 
     scopenode mcp --url ws://127.0.0.1:8765/v1/ws --token snt_…
+    scopenode mcp --url ws://127.0.0.1:8765/v1/ws --http 8766    # http://127.0.0.1:8766/mcp
 
 The token may come from ``SCOPENODE_TOKEN`` instead, so that it stays out of
-a process listing and of the MCP client's configuration file. Standard output
-is the MCP channel: logs go to standard error.
+a process listing and of the MCP client's configuration file. On stdio,
+standard output is the MCP channel: logs go to standard error.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--token", default=None, help=f"the agent member's token (default: ${TOKEN_ENV})"
     )
+    parser.add_argument(
+        "--http",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio",
+    )
     parser.add_argument("--log-level", default="warning")
     return parser
 
@@ -50,11 +58,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from node import logs
     from node.client import ConnectionClosed
-    from node.mcp.run import serve_stdio
+    from node.mcp.run import serve_http, serve_stdio
 
     logs.configure(args.log_level, json=True)
     try:
-        trio.run(serve_stdio, args.url, token)
+        if args.http is None:
+            trio.run(serve_stdio, args.url, token)
+        else:
+            trio.run(serve_http, args.url, token, args.http)
     except ConnectionClosed as exc:
         print(f"scopenode mcp: the node closed the session: {exc}", file=sys.stderr)
         return USAGE_ERROR
