@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,6 +36,7 @@ from node.client import (
     DaemonClient,
     Delivery,
     Frontier,
+    open_client,
     open_daemon,
     reply_client_message_id,
 )
@@ -103,6 +104,8 @@ class Agent:
         self.daemon = daemon
         self.directory = directory
         self._wakes_in, self._wakes_out = trio.open_memory_channel[Delivery](math.inf)
+        # Taken from the channel but not shown to the model: handed out first.
+        self._backlog: deque[Delivery] = deque()
         # Handed to the model, not yet acknowledged, by delivery id.
         self.open_wakes: dict[str, Delivery] = {}
         self._explained: OrderedDict[str, Delivery] = OrderedDict()
@@ -135,15 +138,16 @@ class Agent:
 
     async def wait(self, timeout: float) -> Wake | None:
         """The next wake within ``timeout`` seconds, shown to the model with its context."""
-        with trio.move_on_after(timeout):
-            delivery = await self._wakes_out.receive()
-            self.daemon.handed_to_runtime(delivery)
-            self.open_wakes[delivery.delivery_id] = delivery
-            self._remember(delivery)
-            where = self.directory.name_of(delivery.target_key)
-            if where == delivery.target_key:
-                await self.directory.conversations()
-                where = self.directory.name_of(delivery.target_key)
+        delivery: Delivery | None = None
+        if self._backlog:
+            delivery = self._backlog.popleft()
+        else:
+            with trio.move_on_after(timeout):
+                delivery = await self._wakes_out.receive()
+        if delivery is None:
+            return None
+        try:
+            where = await self._name_of(delivery.target_key)
             try:
                 page = await self.daemon.read_history(
                     f"scope:{delivery.target_key}", limit=CONTEXT_MESSAGES
@@ -151,8 +155,20 @@ class Agent:
             except ClientError as exc:
                 log.info("wake_context_unreadable", code=exc.code, targetKey=delivery.target_key)
                 page = {}
-            return Wake(delivery, where, list(page.get("messages") or []))
-        return None
+        except BaseException:
+            # Not shown to the model (the call was cancelled, the session is
+            # gone): the next wait hands it out again.
+            self._backlog.appendleft(delivery)
+            raise
+        self.daemon.handed_to_runtime(delivery)
+        self.open_wakes[delivery.delivery_id] = delivery
+        self._remember(delivery)
+        return Wake(delivery, where, list(page.get("messages") or []))
+
+    async def _name_of(self, scope_id: str) -> str:
+        if self.directory.name_of(scope_id) == scope_id:
+            await self.directory.conversations()
+        return self.directory.name_of(scope_id)
 
     async def dismiss(self, wake_id: str | None) -> list[Delivery]:
         """Acknowledge a wake without answering it (all open ones when ``wake_id`` is None)."""
@@ -294,7 +310,13 @@ class Agent:
 
 @asynccontextmanager
 async def open_agent(url: str, token: str) -> AsyncIterator[Agent]:
-    """The agent's session, read by a background task for as long as the block runs."""
+    """The agent's session, read by a background task for as long as the block runs.
+
+    A wrong URL or token fails here at once: the session below reconnects
+    through any outage, so its first connect would retry for ever.
+    """
+    async with open_client(url, token, name="scopenode-mcp"):
+        pass
     async with (
         open_daemon(
             url,

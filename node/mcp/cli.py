@@ -55,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     # Imported here: --help and argument errors need none of it.
     import trio
+    from trio_websocket import HandshakeError
 
     from node import logs
     from node.client import ConnectionClosed
@@ -66,12 +67,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             trio.run(serve_stdio, args.url, token)
         else:
             trio.run(serve_http, args.url, token, args.http)
-    except ConnectionClosed as exc:
-        print(f"scopenode mcp: the node closed the session: {exc}", file=sys.stderr)
-        return USAGE_ERROR
-    except OSError as exc:
-        print(f"scopenode mcp: cannot reach {args.url}: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except BaseException as exc:
+        # The session's end reaches here through the server's task groups.
+        closed = _first(exc, ConnectionClosed)
+        if closed is not None:
+            print(f"scopenode mcp: the node ended the session: {closed}", file=sys.stderr)
+            return USAGE_ERROR
+        unreachable = _first(exc, OSError) or _first(exc, HandshakeError)
+        if unreachable is not None:
+            reason = unreachable.__cause__ or unreachable
+            print(f"scopenode mcp: cannot reach {args.url}: {reason}", file=sys.stderr)
+            return 1
+        raise
     return 0
+
+
+def _first(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``exc`` or the first exception of that kind inside its exception groups."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first(inner, kind)
+            if found is not None:
+                return found
+    return None
