@@ -81,4 +81,6 @@ def wake_fields(delivery: Delivery, where: str) -> dict[str, Any]:
     }
     if delivery.task_id is not None:
         fields["taskId"] = delivery.task_id
+    if delivery.request_id is not None:
+        fields["workflow"] = {"planId": delivery.plan_id, "requestId": delivery.request_id}
     return fields
