@@ -1,7 +1,7 @@
 """A private agent's MCP server reads exactly what the node lets the agent read.
 
 Owner O, O's private agent P (added to #c as O's private member), human H in
-#c without a grant, and #hidden, which P never joined. What P may read
+#c without a grant, and H's #hidden and private #closed, which P never joined. What P may read
 (docs/design.md#private-agents): its owner's messages, not H's. Through
 ``scopenode mcp`` the same holds for every way in — ``read_messages``,
 ``search``, a conversation resource and its subscription — and where the node
@@ -26,6 +26,7 @@ from actors.model import MemberType
 from node.client import ClientError
 from node.mcp.run import serve_http
 from tests.nodes import RunningNode, World, make_channel, running_node
+from tests.test_authorization_matrix import COLUMNS, MATRIX, PRIVATE_CHANNEL, PUBLIC_CHANNEL
 from tests.test_mcp import call, refused
 
 
@@ -42,6 +43,11 @@ async def http_session(node: RunningNode, token: str) -> AsyncIterator[ClientSes
             await session.initialize()
             yield session
         nursery.cancel_scope.cancel()
+
+
+def matrix_cell(scope_kind: str, op: str = "history") -> str | None:
+    """What the authorization matrix says a private agent of another owner gets."""
+    return MATRIX[scope_kind][op][COLUMNS[scope_kind].index("other_agent")]
 
 
 # The SDK's HTTP client leaves its response streams' async generators to the
@@ -67,9 +73,14 @@ async def test_private_agent_sees_only_what_the_predicate_gives(
                 await o.send("#c", "zebra plan from the owner")
                 hidden = await h.request("createChannel", slug="hidden", name="Hidden")
                 await h.send("#hidden", "zebra in hidden")
+                closed = await h.request(
+                    "createChannel", slug="closed", name="Closed", visibility="private"
+                )
+                await h.send("#closed", "zebra in closed")
                 with pytest.raises(ClientError) as denied:
                     await p.history(f"scope:{hidden['scopeId']}")
                 node_code = denied.value.code
+                assert node_code == matrix_cell(PUBLIC_CHANNEL)
 
             async with http_session(node, agent.token) as mcp:
                 text, page = await call(mcp, "read_messages", conversation="#c")
@@ -91,6 +102,10 @@ async def test_private_agent_sees_only_what_the_predicate_gives(
 
                 code = await refused(mcp, "read_messages", conversation=hidden["scopeId"])
                 assert code == node_code
+                code = await refused(mcp, "read_messages", conversation=closed["scopeId"])
+                assert code == matrix_cell(PRIVATE_CHANNEL)
+                code = await refused(mcp, "search", query="zebra", conversation=hidden["scopeId"])
+                assert code == matrix_cell(PUBLIC_CHANNEL, "search")
                 hidden_uri = f"scopenode://conversation/{hidden['scopeId']}"
                 with warnings.catch_warnings():
                     # resources/subscribe is the handshake era's; the server serves both.
