@@ -220,16 +220,14 @@ class Agent:
         )
         key = resolved.scope_id or UNKNOWN_KEY
         try:
-            result = await self._send_once(resolved.target, text, key, client_message_id)
+            result = await self._send_fresh(resolved.target, text, key, client_message_id)
         except ClientError as exc:
-            learned = exc.details.get("targetKey")
-            if exc.code != KEY_MISMATCH or not isinstance(learned, str):
+            earlier = _earlier_reply(exc, key) if answering else None
+            if earlier is None:
                 raise ToolFailure.of(exc) from None
-            key = learned
-            try:
-                result = await self._send_once(resolved.target, text, key, client_message_id)
-            except ClientError as again:
-                raise ToolFailure.of(again) from None
+            # A server before this one stored an answer to the wake and died
+            # before its ack: that answer stands, one per wake.
+            result = earlier
         key = str(result.get("targetKey") or key)
         sent = Sent(str(result.get("state")), resolved.name, result)
         if sent.stored:
@@ -244,11 +242,21 @@ class Agent:
                 raise ToolFailure.of(exc) from None
         return sent
 
-    async def _send_once(
+    async def _send_fresh(
         self, target: str, text: str, key: str, client_message_id: str
     ) -> dict[str, Any]:
+        """A send with the frontier of ``key``; a key the node corrects (a DM or a thread
+        it creates on first use) is learned and the send made once more."""
+        try:
+            return await self.daemon.send(
+                target, text, target_key=key, client_message_id=client_message_id
+            )
+        except ClientError as exc:
+            learned = exc.details.get("targetKey")
+            if exc.code != KEY_MISMATCH or not isinstance(learned, str):
+                raise
         return await self.daemon.send(
-            target, text, target_key=key, client_message_id=client_message_id
+            target, text, target_key=learned, client_message_id=client_message_id
         )
 
     # --- internals --------------------------------------------------------------------
@@ -306,6 +314,20 @@ class Agent:
         self._explained[delivery.message_id] = delivery
         while len(self._explained) > EXPLAINED_WAKES:
             self._explained.popitem(last=False)
+
+
+def _earlier_reply(exc: ClientError, key: str) -> dict[str, Any] | None:
+    """For ``idempotency_conflict`` on a wake's reply id: the stored reply, as ``already_sent``."""
+    message_id = exc.details.get("messageId")
+    if exc.code != "idempotency_conflict" or not isinstance(message_id, str):
+        return None
+    return {
+        "state": "already_sent",
+        "targetKey": exc.details.get("targetKey", key),
+        "messageId": message_id,
+        "acceptedSeq": exc.details.get("acceptedSeq"),
+        "differentContent": True,
+    }
 
 
 @asynccontextmanager
