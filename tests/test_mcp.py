@@ -154,8 +154,33 @@ async def test_tools_read_send_held_wake_and_redelivery(database_url: str, tmp_p
                         ),
                         timeout=5,
                     )
+                    await answered_before_the_ack(mcp, human, world.client(helper))
 
             await no_pending_wake(node, helper)
+
+
+async def answered_before_the_ack(mcp: ClientSession, human: Any, agent_session: Any) -> None:
+    """A reply stored under the wake's reply id (by a server that died before its ack)
+    stands: answering the wake again acknowledges it and stores nothing more."""
+    async with trio.open_nursery() as nursery:
+        woken: dict[str, Any] = {}
+
+        async def wait() -> None:
+            _, woken["wake"] = await call(mcp, "wait_for_attention", timeout_s=10)
+
+        nursery.start_soon(wait)
+        await human.send("#general", "@helper and the tests?")
+    wake_id = woken["wake"]["wake"]["wakeId"]
+    async with agent_session as earlier:
+        stored = await earlier.send(
+            "#general", "tests are green", clientMessageId=f"reply-{wake_id}"
+        )
+    text, sent = await call(mcp, "send_message", conversation="#general", text="all green")
+    assert sent["state"] == "already_sent", text
+    assert sent["messageId"] == stored["messageId"]
+    assert sent["wakesAcknowledged"] == [wake_id]
+    latest = await human.history("#general", limit=1)
+    assert latest["messages"][-1]["content"] == "tests are green"
 
 
 async def held_then_sent(mcp: ClientSession, human: Any) -> None:
