@@ -32,7 +32,7 @@ from node.listen import address_in_use, listen_problem
 
 USAGE_ERROR = 2
 COMMANDS_GROUP = "scopenode.commands"
-BUILT_IN_COMMANDS = ("serve", "admin", "db", "search")
+BUILT_IN_COMMANDS = ("serve", "admin", "db", "search", "mcp")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -212,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--workspace", help="required when there is more than one")
         _common(sub)
 
+    # Its own parser (node/mcp/cli.py) reads the rest of the line.
+    commands.add_parser("mcp", help="serve an agent's tools to an MCP client", add_help=False)
     for name in sorted(registered_commands()):
         commands.add_parser(name, help=f"see `scopenode {name} --help`", add_help=False)
     return parser
@@ -233,6 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command is not None:
             run: Callable[[list[str]], int] = command.load()
             return run(args_list[1:])
+    if args_list[:1] == ["mcp"]:
+        from node.mcp.cli import main as mcp_main
+
+        return mcp_main(args_list[1:])
     args = build_parser().parse_args(args_list)
     if args.command == "serve":
         return _serve(args)

@@ -217,6 +217,30 @@ async def test_a_delivery_that_goes_stale_in_the_queue_is_suppressed_at_dequeue(
     assert [r[1] for r in session.requests if r[0] == "ack"] == [{"deliveryId": "d5"}]
 
 
+async def test_one_reader_gets_wakes_and_events_in_arrival_order() -> None:
+    session = FakeSession(
+        [
+            {"type": "message", "scopeId": "scp_a", "message": {"seq": 1}},
+            deliver("d1", "scp_a", 1),
+            deliver("d0", "scp_b", 1),
+            {"type": "readState", "scopeId": "scp_a", "lastReadSeq": 1},
+            deliver("d1", "scp_a", 1),  # a re-push while it is out with the runtime
+        ]
+    )
+    frontier = Frontier()
+    frontier.advance("scp_b", 1)
+    daemon = daemon_over(session, frontier)
+    got = [await daemon.next_wake_or_event() for _ in range(3)]
+    assert [g.delivery_id if isinstance(g, Delivery) else g["type"] for g in got] == [
+        "message",
+        "d1",
+        "readState",  # d0 was stale: acknowledged, never a wake
+    ]
+    assert session.requests == [("ack", {"deliveryId": "d0"})]
+    with pytest.raises(ConnectionClosed):
+        await daemon.next_wake_or_event()
+
+
 async def test_a_failed_suppression_ack_keeps_the_delivery_for_the_next_call() -> None:
     overloaded = ClientError({"type": "error", "code": "overloaded", "retryable": True}, "ack")
     gone = ClientError({"type": "error", "code": "not_found"}, "ack")

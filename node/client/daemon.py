@@ -184,30 +184,53 @@ class DaemonClient:
         """
         with trio.fail_after(math.inf if timeout is None else timeout):
             while True:
-                if self._deliveries:
-                    delivery = self._deliveries.popleft()
-                else:
-                    self._sort(await self.client.next_event())
-                    continue
-                if delivery.task_id is None and self.frontier.is_stale(
-                    delivery.target_key, delivery.target_seq
-                ):
-                    try:
-                        await self._suppress(delivery)
-                    except BaseException:
-                        self._deliveries.appendleft(delivery)
-                        raise
-                    continue
-                if delivery.delivery_id in self._outstanding:
-                    log.debug(
-                        "delivery_repeat_dropped",
-                        deliveryId=delivery.delivery_id,
-                        targetKey=delivery.target_key,
-                        targetSeq=delivery.target_seq,
-                    )
-                    continue
-                self._outstanding.add(delivery.delivery_id)
-                return delivery
+                delivery = await self._take_wake()
+                if delivery is not None:
+                    return delivery
+                self._sort(await self.client.next_event())
+
+    async def next_wake_or_event(self, timeout: float | None = None) -> Delivery | dict[str, Any]:
+        """Whichever comes first: the next wake (as :meth:`next_wake` gives it) or
+        the next other event (as :meth:`next_event` gives it).
+
+        For a daemon with one task reading its session, which :meth:`next_wake`
+        and :meth:`next_event` in two tasks cannot be: a delivery the event
+        reader sorted would wait for the wake reader's next frame.
+        """
+        with trio.fail_after(math.inf if timeout is None else timeout):
+            while True:
+                delivery = await self._take_wake()
+                if delivery is not None:
+                    return delivery
+                if self._events:
+                    return self._events.popleft()
+                self._sort(await self.client.next_event())
+
+    async def _take_wake(self) -> Delivery | None:
+        """The next queued delivery to wake the runtime for (None: the queue is empty),
+        suppressing stale ones and dropping repeats of outstanding ones on the way."""
+        while self._deliveries:
+            delivery = self._deliveries.popleft()
+            if delivery.task_id is None and self.frontier.is_stale(
+                delivery.target_key, delivery.target_seq
+            ):
+                try:
+                    await self._suppress(delivery)
+                except BaseException:
+                    self._deliveries.appendleft(delivery)
+                    raise
+                continue
+            if delivery.delivery_id in self._outstanding:
+                log.debug(
+                    "delivery_repeat_dropped",
+                    deliveryId=delivery.delivery_id,
+                    targetKey=delivery.target_key,
+                    targetSeq=delivery.target_seq,
+                )
+                continue
+            self._outstanding.add(delivery.delivery_id)
+            return delivery
+        return None
 
     def handed_to_runtime(self, delivery: Delivery) -> None:
         """The runtime has the delivery's message: advance observed to its ``targetSeq``.
