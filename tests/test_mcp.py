@@ -12,6 +12,8 @@ it again, answers it, and only then is it acknowledged.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 import warnings
@@ -71,6 +73,22 @@ async def mcp_session(
     ):
         await session.initialize()
         yield session
+
+
+def kill_mcp_servers() -> int:
+    """SIGKILL this test's ``node mcp`` children (a server that dies, not one
+    told to stop); how many."""
+    mine, killed = str(os.getpid()), 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = stat.read_text().rsplit(")", 1)[1].split()[1]
+            command = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue  # gone already
+        if parent == mine and b"mcp" in command and b"node" in command:
+            os.kill(int(stat.parent.name), signal.SIGKILL)
+            killed += 1
+    return killed
 
 
 async def call(session: ClientSession, tool: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
@@ -133,6 +151,7 @@ async def test_tools_read_send_held_wake_and_redelivery(database_url: str, tmp_p
                     await held_then_sent(mcp, human)
                     await the_other_tools(mcp)
                     wake_id = await woken_within_a_second(mcp, human)
+                    assert kill_mcp_servers() == 1
 
                 # The server died between the wake and the answer: the next one
                 # is handed the same wake, and its reply acknowledges it.
