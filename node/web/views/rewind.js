@@ -83,7 +83,20 @@ export function rewindTag(message) {
   return null;
 }
 
+// The ones the reader opened stay open when the timeline is drawn again
+// (a new message, an invalidate).
+const opened = new Set();
+
 export function rewoundBody(message, body) {
   if (!message.rewound) return body;
-  return el("details", { class: "rewound-body" }, el("summary", {}, "Rewound message"), body);
+  const toggled = (event) => {
+    if (event.target.open) opened.add(message.id);
+    else opened.delete(message.id);
+  };
+  return el(
+    "details",
+    { class: "rewound-body", open: opened.has(message.id), ontoggle: toggled },
+    el("summary", {}, "Rewound message"),
+    body,
+  );
 }
