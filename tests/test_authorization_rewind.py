@@ -11,7 +11,6 @@ order in which cells run. The rendering is appended to
 
 from __future__ import annotations
 
-import itertools
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +19,8 @@ from typing import Any
 import trio
 
 from actors.model import MemberType
-from node.client import Client
-from tests.nodes import Person, World, running_node
+from tests.matrix_section import Cast, ask_every_cell, assert_cells, open_sessions, section_lines
+from tests.nodes import World, running_node
 
 TIMEOUT = 60
 OK, F, NF = "ok", "forbidden", "not_found"
@@ -76,36 +75,13 @@ a thread's, a private agent not admitted to it) may not read it
 
 def rewind_lines(cell: Any) -> list[str]:
     """The doc section; ``cell`` renders one answer as the main matrix does."""
-    columns = list(REWIND_ACTORS)
-    lines = ["", "## Rewind", "", _REWIND_INTRO, ""]
-    lines += ["| column | who |", "| --- | --- |"]
-    lines += [f"| {heading} | {who} |" for heading, who in REWIND_ACTORS.values()]
-    lines += ["", "| row | request |", "| --- | --- |"]
-    lines += [f"| {op} | {request} |" for op, request in REWIND_OPS.items()]
-    lines += ["", "| op | " + " | ".join(REWIND_ACTORS[c][0] for c in columns) + " |"]
-    lines.append("| --- |" + " :-: |" * len(columns))
-    for op, answers in REWIND_MATRIX.items():
-        lines.append(f"| {op} | " + " | ".join(cell(a) for a in answers) + " |")
-    return lines
+    return section_lines("Rewind", _REWIND_INTRO, REWIND_ACTORS, REWIND_OPS, REWIND_MATRIX, cell)
 
 
 @dataclass
-class RewindCast:
-    people: dict[str, Person]
-    clients: dict[str, Client]
+class RewindCast(Cast):
     # scope kind → (scope id, message id, recovery point id)
     points: dict[str, tuple[str, str, str]] = field(default_factory=dict)
-    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-
-    async def ask(self, actor: str, op: str, **fields: Any) -> dict[str, Any]:
-        frame = {"type": op, "id": f"r{next(self.ids)}", **fields}
-        return await self.clients[actor].request_frame(frame)
-
-    async def ok(self, actor: str, op: str, **fields: Any) -> dict[str, Any]:
-        answer = await self.ask(actor, op, **fields)
-        assert answer["type"] == "reply", (op, fields, answer)
-        result: dict[str, Any] = answer["result"]
-        return result
 
     async def sent(self, actor: str, target: str, content: str) -> dict[str, Any]:
         return await self.ok(
@@ -153,7 +129,6 @@ async def _answer(cast: RewindCast, op: str, actor: str) -> str:
 
 async def test_rewind_ops(database_url: str, tmp_path: Path) -> None:
     columns = list(REWIND_ACTORS)
-    got: dict[tuple[str, str], str] = {}
     with trio.fail_after(TIMEOUT):
         async with running_node(database_url, tmp_path) as node, AsyncExitStack() as hold:
             world = await World.create(node, "rewind matrix")
@@ -167,32 +142,12 @@ async def test_rewind_ops(database_url: str, tmp_path: Path) -> None:
                 "outsider": await world.member("outsider"),
                 "foreign": await elsewhere.member("foreign"),
             }
-            clients = {}
-            for name, person in people.items():
-                home = elsewhere if name == "foreign" else world
-                kind = "daemon" if person.member.type is MemberType.AGENT else "browser"
-                clients[name] = await hold.enter_async_context(home.client(person, kind=kind))
+            clients = await open_sessions(hold, people, world, elsewhere)
             cast = RewindCast(people, clients)
             await _scene(cast)
 
-            async def run(op: str, actor: str) -> None:
-                try:
-                    got[(op, actor)] = await _answer(cast, op, actor)
-                except Exception as exc:  # one broken cell must not hide the others
-                    got[(op, actor)] = f"crashed: {exc!r}"
+            got = await ask_every_cell(
+                REWIND_MATRIX, columns, lambda op, actor: _answer(cast, op, actor)
+            )
 
-            async with trio.open_nursery() as nursery:
-                for op in REWIND_MATRIX:
-                    for actor in columns:
-                        nursery.start_soon(run, op, actor)
-
-    expected = {
-        (op, actor): want
-        for op, answers in REWIND_MATRIX.items()
-        for actor, want in zip(columns, answers, strict=True)
-    }
-    wrong = {cell: (want, got[cell]) for cell, want in expected.items() if got[cell] != want}
-    assert not wrong, "\n".join(
-        f"  {op} / {actor}: expected {want}, got {have}"
-        for (op, actor), (want, have) in sorted(wrong.items())
-    )
+    assert_cells(REWIND_MATRIX, columns, got)

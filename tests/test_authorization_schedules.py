@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from actors.model import MemberType
+from tests.matrix_section import ask_every_cell, assert_cells, open_sessions, section_lines
 from tests.nodes import World, make_channel, running_node
 
 OK, F, NF = "ok", "forbidden", "not_found"
@@ -60,17 +61,7 @@ def _cell(answer: str) -> str:
 
 
 def schedule_lines() -> list[str]:
-    columns = list(SCHEDULE_ACTORS)
-    lines = ["", "## Schedules", "", _INTRO, ""]
-    lines += ["| column | who |", "| --- | --- |"]
-    lines += [f"| {heading} | {who} |" for heading, who in SCHEDULE_ACTORS.values()]
-    lines += ["", "| row | request |", "| --- | --- |"]
-    lines += [f"| {op} | {request} |" for op, request in SCHEDULE_OPS.items()]
-    lines += ["", "| op | " + " | ".join(SCHEDULE_ACTORS[c][0] for c in columns) + " |"]
-    lines.append("| --- |" + " :-: |" * len(columns))
-    for op, answers in SCHEDULE_MATRIX.items():
-        lines.append(f"| {op} | " + " | ".join(_cell(a) for a in answers) + " |")
-    return lines
+    return section_lines("Schedules", _INTRO, SCHEDULE_ACTORS, SCHEDULE_OPS, SCHEDULE_MATRIX, _cell)
 
 
 IN_AN_HOUR = "2099-01-01T09:00:00Z"
@@ -92,7 +83,6 @@ def _request(row: str, kept: str, doomed: str) -> dict[str, Any]:
 
 async def test_schedule_ops(database_url: str, tmp_path: Path) -> None:
     columns = list(SCHEDULE_ACTORS)
-    got: dict[tuple[str, str], str] = {}
     fresh = itertools.count(1)
     with trio.fail_after(60):
         async with running_node(database_url, tmp_path) as node, AsyncExitStack() as hold:
@@ -105,40 +95,21 @@ async def test_schedule_ops(database_url: str, tmp_path: Path) -> None:
                 "agent": await world.member("bot", MemberType.AGENT),
                 "foreign": await elsewhere.member("stranger"),
             }
-            clients = {}
-            for name, person in people.items():
-                home = elsewhere if name == "foreign" else world
-                kind = "browser" if person.member.type is MemberType.HUMAN else "daemon"
-                clients[name] = await hold.enter_async_context(home.client(person, kind=kind))
+            clients = await open_sessions(hold, people, world, elsewhere)
             owner = clients["owner"]
             await make_channel(owner, "ops", clients["member"], clients["agent"])
             kept = (await owner.create_schedule("#ops", "kept", at=IN_AN_HOUR))["scheduleId"]
             doomed = (await owner.create_schedule("#ops", "doomed", at=IN_AN_HOUR))["scheduleId"]
 
-            async def run(row: str, actor: str) -> None:
-                try:
-                    frame = {"id": f"s{next(fresh)}", **_request(row, kept, doomed)}
-                    reply = await clients[actor].request_frame(frame)
-                    got[(row, actor)] = OK if reply["type"] == "reply" else str(reply["code"])
-                except Exception as exc:  # one broken cell must not hide the others
-                    got[(row, actor)] = f"crashed: {exc!r}"
+            async def answer(row: str, actor: str) -> str:
+                frame = {"id": f"s{next(fresh)}", **_request(row, kept, doomed)}
+                reply = await clients[actor].request_frame(frame)
+                return OK if reply["type"] == "reply" else str(reply["code"])
 
-            async with trio.open_nursery() as nursery:
-                for row in SCHEDULE_MATRIX:
-                    for actor in columns:
-                        nursery.start_soon(run, row, actor)
+            got = await ask_every_cell(SCHEDULE_MATRIX, columns, answer)
             # Nobody but the owner saw the owner's schedules.
             for name in columns[1:]:
                 mine = await clients[name].schedules()
                 assert {s["scheduleId"] for s in mine}.isdisjoint({kept, doomed})
 
-    expected = {
-        (row, actor): want
-        for row, answers in SCHEDULE_MATRIX.items()
-        for actor, want in zip(columns, answers, strict=True)
-    }
-    wrong = {cell: (want, got[cell]) for cell, want in expected.items() if got[cell] != want}
-    assert not wrong, "\n".join(
-        f"  {row} / {actor}: expected {want}, got {have}"
-        for (row, actor), (want, have) in sorted(wrong.items())
-    )
+    assert_cells(SCHEDULE_MATRIX, columns, got)

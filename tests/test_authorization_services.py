@@ -17,6 +17,7 @@ import trio
 from actors.model import MemberType
 from storage import directory, services
 from storage.pg import connect
+from tests.matrix_section import ask_every_cell, assert_cells, open_sessions, section_lines
 from tests.nodes import Person, World, running_node
 
 OK, F, NF = "ok", "forbidden", "not_found"
@@ -67,17 +68,9 @@ def _cell(answer: str) -> str:
 
 
 def service_lines() -> list[str]:
-    columns = list(SERVICE_ACTORS)
-    lines = ["", "## Service accounts", "", _INTRO, ""]
-    lines += ["| column | who |", "| --- | --- |"]
-    lines += [f"| {heading} | {who} |" for heading, who in SERVICE_ACTORS.values()]
-    lines += ["", "| row | request |", "| --- | --- |"]
-    lines += [f"| {op} | {request} |" for op, request in SERVICE_OPS.items()]
-    lines += ["", "| op | " + " | ".join(SERVICE_ACTORS[c][0] for c in columns) + " |"]
-    lines.append("| --- |" + " :-: |" * len(columns))
-    for op, answers in SERVICE_MATRIX.items():
-        lines.append(f"| {op} | " + " | ".join(_cell(a) for a in answers) + " |")
-    return lines
+    return section_lines(
+        "Service accounts", _INTRO, SERVICE_ACTORS, SERVICE_OPS, SERVICE_MATRIX, _cell
+    )
 
 
 def _fields(op: str, scope_id: str, n: int) -> dict[str, Any]:
@@ -109,7 +102,6 @@ async def _service(world: World, handle: str, managers: list[Person]) -> tuple[P
 
 async def test_service_account_ops(database_url: str, tmp_path: Path) -> None:
     columns = list(SERVICE_ACTORS)
-    got: dict[tuple[str, str], str] = {}
     fresh = itertools.count(1)
     with trio.fail_after(60):
         async with running_node(database_url, tmp_path) as node, AsyncExitStack() as hold:
@@ -124,38 +116,18 @@ async def test_service_account_ops(database_url: str, tmp_path: Path) -> None:
             }
             people["service"], scope_id = await _service(world, "deploys", [manager])
             people["other_service"], _ = await _service(world, "alerts", [manager])
-            clients = {}
-            for name, person in people.items():
-                home = elsewhere if name == "foreign" else world
-                kind = "browser" if person.member.type is MemberType.HUMAN else "daemon"
-                clients[name] = await hold.enter_async_context(home.client(person, kind=kind))
+            clients = await open_sessions(hold, people, world, elsewhere)
             # The service's first message, so markRead has a seq to read up to.
             await clients["manager"].request(
                 "servicePost", service="deploys", content="first", clientMessageId="first"
             )
 
-            async def run(op: str, actor: str) -> None:
-                try:
-                    n = next(fresh)
-                    reply = await clients[actor].request_frame(
-                        {"type": op, "id": f"s{n}", **_fields(op, scope_id, n)}
-                    )
-                    got[(op, actor)] = OK if reply["type"] == "reply" else str(reply["code"])
-                except Exception as exc:  # one broken cell must not hide the others
-                    got[(op, actor)] = f"crashed: {exc!r}"
+            async def answer(op: str, actor: str) -> str:
+                n = next(fresh)
+                frame = {"type": op, "id": f"s{n}", **_fields(op, scope_id, n)}
+                reply = await clients[actor].request_frame(frame)
+                return OK if reply["type"] == "reply" else str(reply["code"])
 
-            async with trio.open_nursery() as nursery:
-                for op in SERVICE_MATRIX:
-                    for actor in columns:
-                        nursery.start_soon(run, op, actor)
+            got = await ask_every_cell(SERVICE_MATRIX, columns, answer)
 
-    expected = {
-        (op, actor): want
-        for op, answers in SERVICE_MATRIX.items()
-        for actor, want in zip(columns, answers, strict=True)
-    }
-    wrong = {cell: (want, got[cell]) for cell, want in expected.items() if got[cell] != want}
-    assert not wrong, "\n".join(
-        f"  {op} / {actor}: expected {want}, got {have}"
-        for (op, actor), (want, have) in sorted(wrong.items())
-    )
+    assert_cells(SERVICE_MATRIX, columns, got)

@@ -9,17 +9,15 @@ rendering is appended to ``docs/authorization.md`` by
 
 from __future__ import annotations
 
-import itertools
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from actors.model import MemberType
-from node.client import Client
-from tests.nodes import Person, World, running_node
+from tests.matrix_section import Cast, ask_every_cell, assert_cells, open_sessions, section_lines
+from tests.nodes import World, running_node
 
 TIMEOUT = 60
 OK, F, NF = "ok", "forbidden", "not_found"
@@ -80,34 +78,9 @@ archives the plan; the plan's agent, which knows the plan, gets
 
 def workflow_lines(cell: Any) -> list[str]:
     """The doc section; ``cell`` renders one answer as the main matrix does."""
-    columns = list(WORKFLOW_ACTORS)
-    lines = ["", "## Workflow plans", "", _WORKFLOW_INTRO, ""]
-    lines += ["| column | who |", "| --- | --- |"]
-    lines += [f"| {heading} | {who} |" for heading, who in WORKFLOW_ACTORS.values()]
-    lines += ["", "| row | request |", "| --- | --- |"]
-    lines += [f"| {op} | {request} |" for op, request in WORKFLOW_OPS.items()]
-    lines += ["", "| op | " + " | ".join(WORKFLOW_ACTORS[c][0] for c in columns) + " |"]
-    lines.append("| --- |" + " :-: |" * len(columns))
-    for op, answers in WORKFLOW_MATRIX.items():
-        lines.append(f"| {op} | " + " | ".join(cell(a) for a in answers) + " |")
-    return lines
-
-
-@dataclass
-class Cast:
-    people: dict[str, Person]
-    clients: dict[str, Client]
-    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-
-    async def ok(self, actor: str, op: str, **fields: Any) -> dict[str, Any]:
-        answer = await self.ask(actor, op, **fields)
-        assert answer["type"] == "reply", (op, fields, answer)
-        result: dict[str, Any] = answer["result"]
-        return result
-
-    async def ask(self, actor: str, op: str, **fields: Any) -> dict[str, Any]:
-        frame = {"type": op, "id": f"w{next(self.ids)}", **fields}
-        return await self.clients[actor].request_frame(frame)
+    return section_lines(
+        "Workflow plans", _WORKFLOW_INTRO, WORKFLOW_ACTORS, WORKFLOW_OPS, WORKFLOW_MATRIX, cell
+    )
 
 
 async def _plan(cast: Cast) -> tuple[str, str, str]:
@@ -166,7 +139,6 @@ async def _answer(cast: Cast, op: str, actor: str) -> str:
 
 async def test_workflow_ops(database_url: str, tmp_path: Path) -> None:
     columns = list(WORKFLOW_ACTORS)
-    got: dict[tuple[str, str], str] = {}
     with trio.fail_after(TIMEOUT):
         async with running_node(database_url, tmp_path) as node, AsyncExitStack() as hold:
             world = await World.create(node, "workflow matrix")
@@ -179,31 +151,11 @@ async def test_workflow_ops(database_url: str, tmp_path: Path) -> None:
                 "foreign": await elsewhere.member("foreign"),
                 "other_agent": await world.member("other", MemberType.AGENT),
             }
-            clients = {}
-            for name, person in people.items():
-                home = elsewhere if name == "foreign" else world
-                kind = "daemon" if person.member.type is MemberType.AGENT else "browser"
-                clients[name] = await hold.enter_async_context(home.client(person, kind=kind))
+            clients = await open_sessions(hold, people, world, elsewhere)
             cast = Cast(people, clients)
 
-            async def run(op: str, actor: str) -> None:
-                try:
-                    got[(op, actor)] = await _answer(cast, op, actor)
-                except Exception as exc:  # one broken cell must not hide the others
-                    got[(op, actor)] = f"crashed: {exc!r}"
+            got = await ask_every_cell(
+                WORKFLOW_MATRIX, columns, lambda op, actor: _answer(cast, op, actor)
+            )
 
-            async with trio.open_nursery() as nursery:
-                for op in WORKFLOW_MATRIX:
-                    for actor in columns:
-                        nursery.start_soon(run, op, actor)
-
-    expected = {
-        (op, actor): want
-        for op, answers in WORKFLOW_MATRIX.items()
-        for actor, want in zip(columns, answers, strict=True)
-    }
-    wrong = {cell: (want, got[cell]) for cell, want in expected.items() if got[cell] != want}
-    assert not wrong, "\n".join(
-        f"  {op} / {actor}: expected {want}, got {have}"
-        for (op, actor), (want, have) in sorted(wrong.items())
-    )
+    assert_cells(WORKFLOW_MATRIX, columns, got)
