@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import structlog
 import trio
 
@@ -10,8 +13,9 @@ from actors.scope_actor import Command, ScopeActor
 from actors.scope_mutations import DeleteCommand, EditCommand
 from actors.scope_roster import RosterCommand
 from actors.scope_sends import SendObserver
-from actors.scope_state import ROW_LIMIT
+from actors.scope_state import ROW_LIMIT, SendCommand, SendReply
 from protocol.errors import ErrorCode, OperationError
+from protocol.frames import SendResult
 
 log = structlog.get_logger(__name__)
 
@@ -136,6 +140,23 @@ class ActorRegistry:
     async def submit(self, scope_id: str, cmd: Command) -> None:
         actor = self.actor_nowait(scope_id) or await self.actor(scope_id)
         actor.submit_nowait(cmd)
+
+    async def send(
+        self, scope_id: str, build: Callable[[SendReply], SendCommand], wait_s: float = math.inf
+    ) -> SendResult | OperationError | None:
+        """Queue one send, built around its reply, and wait for the actor's answer
+        (None when none came within ``wait_s``)."""
+        done = trio.Event()
+        outcome: list[SendResult | OperationError] = []
+
+        def reply(result: SendResult | OperationError) -> None:
+            outcome.append(result)
+            done.set()
+
+        await self.submit(scope_id, build(reply))
+        with trio.move_on_after(wait_s):
+            await done.wait()
+        return outcome[0] if outcome else None
 
     async def ask(
         self, scope_id: str, cmd: RosterCommand | EditCommand | DeleteCommand

@@ -279,54 +279,6 @@ class UpdateProfile(_Frame, tag="updateProfile"):
     avatar_color: AvatarColor | None = None
 
 
-ClientFrame = (
-    Hello
-    | Ping
-    | Pong
-    | Send
-    | History
-    | Search
-    | MarkRead
-    | React
-    | Edit
-    | Delete
-    | Ack
-    | Scopes
-    | Members
-    | CreateChannel
-    | Join
-    | Leave
-    | Invite
-    | Remove
-    | SetNotification
-    | Grant
-    | RevokeGrant
-    | Channels
-    | People
-    | AdminRequest
-    | Typing
-    | SetPresence
-    | PresenceList
-    | UpdateProfile
-    | ServicePost
-    | CreateTask
-    | UpdateTask
-    | Tasks
-    | CreateWorkflowPlan
-    | ShareWorkflowPlan
-    | UpdateWorkflowPlan
-    | WorkflowPlans
-    | WorkflowTranscript
-    | WorkflowRequest
-    | WorkflowReply
-    | MarkRecoveryPoint
-    | Rewind
-    | CreateSchedule
-    | UpdateSchedule
-    | PauseSchedule
-    | DeleteSchedule
-    | Schedules
-)
 Request = (
     Send
     | History
@@ -372,6 +324,7 @@ Request = (
     | DeleteSchedule
     | Schedules
 )
+ClientFrame = Hello | Ping | Pong | Request
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag) for cls in ClientFrame.__args__
 )

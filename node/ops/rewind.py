@@ -14,13 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-import trio
 
 from actors.mentions import MentionMode
 from actors.model import Member, ScopeInfo, ScopeType
 from actors.policy import Decision
 from actors.rewind import can_mark_point, can_rewind
-from actors.scope_state import SendCommand
+from actors.scope_state import SendCommand, SendReply
 from node.ops.context import Context, member_of
 from node.ops.reading import scope_viewer
 from protocol.codec import encode
@@ -125,26 +124,19 @@ async def _post_notice(
     ctx: Context, member: Member, info: ScopeInfo, point_seq: int, rewind_id: str
 ) -> str | None:
     """The rewind's one notice, appended by the scope's actor (the Applier writes it)."""
-    answered = trio.Event()
-    outcome: list[SendResult | OperationError] = []
 
-    def reply(result: SendResult | OperationError) -> None:
-        outcome.append(result)
-        answered.set()
+    def command(reply: SendReply) -> SendCommand:
+        return SendCommand(
+            author=member,
+            content=f"{member.display_name} rewound this conversation to message {point_seq}",
+            client_message_id=f"rewind:{rewind_id}",
+            reply=reply,
+            message_type=REWIND_NOTICE,
+            mention_mode=MentionMode.MULTI_FORWARD,
+            metadata={"rewindId": rewind_id, "toSeq": point_seq},
+        )
 
-    cmd = SendCommand(
-        author=member,
-        content=f"{member.display_name} rewound this conversation to message {point_seq}",
-        client_message_id=f"rewind:{rewind_id}",
-        reply=reply,
-        message_type=REWIND_NOTICE,
-        mention_mode=MentionMode.MULTI_FORWARD,
-        metadata={"rewindId": rewind_id, "toSeq": point_seq},
-    )
-    await ctx.services.registry.submit(info.id, cmd)
-    with trio.move_on_after(NOTICE_WAIT_S):
-        await answered.wait()
-    result = outcome[0] if outcome else None
+    result = await ctx.services.registry.send(info.id, command, NOTICE_WAIT_S)
     if not isinstance(result, SendResult) or result.message_id is None:
         # The rewind stands without its notice (the actor refused or was slow).
         log.warning("rewind_notice_not_posted", scope_id=info.id, outcome=repr(result))

@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import trio
 
 from actors.model import Member, MemberType
-from actors.scope_state import SendCommand
+from actors.scope_state import SendCommand, SendReply
 from actors.send_rules import check_send_fields
 from node.ops.context import Context, member_of
 from node.ops.messages import check_moderation
@@ -79,23 +78,18 @@ async def post_as_service(
     scope_id = services.resolver.cached(service, target)
     if scope_id is None:
         scope_id = await services.resolver.resolve(service, target)
-    done = trio.Event()
-    outcome: list[SendResult | OperationError] = []
 
-    def reply(result: SendResult | OperationError) -> None:
-        outcome.append(result)
-        done.set()
+    def command(reply: SendReply) -> SendCommand:
+        return SendCommand(
+            author=service,
+            content=content,
+            client_message_id=client_message_id,
+            reply=reply,
+            explain=explain,
+            metadata=metadata,
+        )
 
-    command = SendCommand(
-        author=service,
-        content=content,
-        client_message_id=client_message_id,
-        reply=reply,
-        explain=explain,
-        metadata=metadata,
-    )
-    await services.registry.submit(scope_id, command)
-    await done.wait()
-    if isinstance(outcome[0], OperationError):
-        raise outcome[0]
-    return scope_id, outcome[0]
+    result = await services.registry.send(scope_id, command)
+    if result is None or isinstance(result, OperationError):
+        raise result or OperationError(ErrorCode.UNAVAILABLE, "the scope did not answer")
+    return scope_id, result

@@ -13,12 +13,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import structlog
-import trio
 
 from actors.mentions import MentionMode
 from actors.model import Member, Membership, MemberType, ScopeType
 from actors.policy import can_assign, can_create_task, can_update_task, knows_member
-from actors.scope_state import SendCommand
+from actors.scope_state import SendCommand, SendReply
 from node.ops.context import Context, member_of
 from node.ops.messages import check_moderation
 from protocol.codec import encode
@@ -106,28 +105,22 @@ async def _post_card(ctx: Context, member: Member, task: Task, channel_id: str) 
     """The task card in the channel it came from: an ordinary send of the creator
     (the channel's send path and its named policies), ``messageType: task_card``.
     Its title wakes no one (mentions in it are inert, as in a forward)."""
-    answered = trio.Event()
-    outcome: list[SendResult | OperationError] = []
 
-    def reply(result: SendResult | OperationError) -> None:
-        outcome.append(result)
-        answered.set()
+    def command(reply: SendReply) -> SendCommand:
+        return SendCommand(
+            author=member,
+            content=f"Task: {task.title}",
+            client_message_id=f"task-card:{task.id}",
+            reply=reply,
+            message_type=TASK_CARD,
+            mention_mode=MentionMode.MULTI_FORWARD,
+            metadata={"taskId": task.id, "title": task.title},
+        )
 
-    cmd = SendCommand(
-        author=member,
-        content=f"Task: {task.title}",
-        client_message_id=f"task-card:{task.id}",
-        reply=reply,
-        message_type=TASK_CARD,
-        mention_mode=MentionMode.MULTI_FORWARD,
-        metadata={"taskId": task.id, "title": task.title},
-    )
-    await ctx.services.registry.submit(channel_id, cmd)
-    with trio.move_on_after(CARD_WAIT_S):
-        await answered.wait()
-    if not outcome or isinstance(outcome[0], OperationError):
+    result = await ctx.services.registry.send(channel_id, command, CARD_WAIT_S)
+    if not isinstance(result, SendResult):
         # The task stands without its card (the channel refused or was slow).
-        log.warning("task_card_not_posted", task_id=task.id, outcome=repr(outcome[:1]))
+        log.warning("task_card_not_posted", task_id=task.id, outcome=repr(result))
 
 
 async def _task_of(ctx: Context, member: Member, task_id: str) -> Membership | None:

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import trio
-
 from actors.model import Member, MemberType
 from actors.policy import knows_member
 from actors.scope_state import SendCommand
@@ -25,7 +23,7 @@ from node.ops.messages import SendReply, check_moderation
 from node.views import stored_message_view
 from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
-from protocol.frames import SendResult, to_builtins
+from protocol.frames import to_builtins
 from protocol.workflows import (
     REPLY_TYPE,
     REQUEST_SOURCE,
@@ -184,23 +182,13 @@ async def _append(
     """One message through the scope's actor (its roster, idempotency, seq and
     outbox): ``command`` builds it around the reply callback; a refusal is the
     caller's answer."""
-    answered = trio.Event()
-    outcome: list[SendResult | OperationError] = []
-
-    def reply(result: SendResult | OperationError) -> None:
-        outcome.append(result)
-        answered.set()
-
-    await ctx.services.registry.submit(scope_id, command(reply))
-    with trio.move_on_after(SEND_WAIT_S):
-        await answered.wait()
-    if not outcome:
+    result = await ctx.services.registry.send(scope_id, command, SEND_WAIT_S)
+    if result is None:
         raise OperationError(
             ErrorCode.UNAVAILABLE,
             "the transcript did not answer in time",
             details={"reason": NO_ANSWER},
         )
-    result = outcome[0]
     if isinstance(result, OperationError):
         raise result
     if result.message_id is None or result.accepted_seq is None:
