@@ -14,6 +14,7 @@ from typing import Protocol
 
 import msgspec
 
+from actors.cards import CardChange, CardTarget
 from actors.model import (
     IdempotencyRecord,
     Member,
@@ -205,6 +206,16 @@ class ScopeStore(Protocol):
 
     async def apply_mutation(self, plan: MutationPlan) -> CommittedMutation | MutationConflict:
         """Write an edit or delete; raises FenceLost when the roster moved."""
+
+    async def card_target(self, scope_id: str, message_id: str) -> CardTarget | None:
+        """A card message of the scope with its card's stored state (docs/cards.md)."""
+        ...
+
+    async def apply_card(
+        self, plan: MutationPlan, change: CardChange
+    ) -> CommittedMutation | MutationConflict:
+        """Write a card change under the card's row lock; FenceLost as an edit's."""
+        ...
 
     async def react_many(
         self,

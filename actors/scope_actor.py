@@ -20,6 +20,7 @@ from collections.abc import Callable
 import structlog
 import trio
 
+from actors.cards import CardCommand
 from actors.fence_backoff import SEND_DEADLINE, FenceBackoff
 from actors.mentions import live_handles
 from actors.ports import Publisher, ScopeStore
@@ -35,7 +36,15 @@ log = structlog.get_logger(__name__)
 
 MAX_BATCH = 64
 
-Command = SendCommand | RosterCommand | ChunkedSend | ReactCommand | EditCommand | DeleteCommand
+Command = (
+    SendCommand
+    | RosterCommand
+    | ChunkedSend
+    | ReactCommand
+    | EditCommand
+    | DeleteCommand
+    | CardCommand
+)
 
 
 class ScopeActor(SendPath, MutationPath, ReactionPath, RosterPath):
@@ -232,7 +241,7 @@ class ScopeActor(SendPath, MutationPath, ReactionPath, RosterPath):
             if group and not await self._process_sends(group):
                 return False
             group = []
-            if isinstance(cmd, EditCommand | DeleteCommand):
+            if isinstance(cmd, EditCommand | DeleteCommand | CardCommand):
                 # After the sends queued before it: an edit may name one of them.
                 if not await self._process_mutation(cmd):
                     return False

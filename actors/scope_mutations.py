@@ -17,11 +17,13 @@ import msgspec
 import structlog
 import trio
 
+from actors.cards import CardCommand
 from actors.model import Member
 from actors.planner import MutationPlan, plan_delete, plan_edit
 from actors.policy import Decision, can_delete, can_edit
 from actors.ports import FenceLost, MutationConflict, MutationTarget
 from actors.reactions import summaries_by_reader
+from actors.scope_cards import mutate_card
 from actors.scope_core import COMMIT_ATTEMPTS, Reply, ScopeCore, unavailable
 from actors.scope_state import ScopeState
 from protocol.errors import ErrorCode, OperationError
@@ -54,11 +56,11 @@ class DeleteCommand:
     reply: Reply
 
 
-MutationCommand = EditCommand | DeleteCommand
+MutationCommand = EditCommand | DeleteCommand | CardCommand
 
 
 class MutationPath(ScopeCore):
-    """Edits and deletes of this scope's messages."""
+    """Edits and deletes of this scope's messages, and changes of its cards."""
 
     async def _process_mutation(self, cmd: MutationCommand) -> bool:
         """Policy, Planner, Applier, then publish; False when the actor must stop."""
@@ -99,6 +101,8 @@ class MutationPath(ScopeCore):
         return False
 
     async def _mutate(self, state: ScopeState, cmd: MutationCommand) -> dict[str, object]:
+        if isinstance(cmd, CardCommand):
+            return await mutate_card(self, state, cmd)
         target = await self._store.mutation_target(self.scope_id, cmd.message_id)
         if target is None:
             raise OperationError(ErrorCode.NOT_FOUND, "no such message", path="$.messageId")

@@ -22,7 +22,7 @@ from node.views import stored_message_view, task_wake
 from protocol.codec import encode
 from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
 from protocol.wsframes import frame
-from storage import access, messages, outbox, reactions, scopes, tasks
+from storage import access, cards, messages, outbox, reactions, scopes, tasks
 from storage.outbox import LeasedRow
 from storage.pg import TrioConnection
 from storage.pool import Pool
@@ -282,6 +282,10 @@ class OutboxWorker:
                 view = stored_message_view(message, listing.member.id)
                 shown = await reactions.summaries(conn, [message.id], listing.member)
                 view.reactions = [s.view() for s in shown.get(message.id, [])]
+                # A card as this reader may see it now (docs/cards.md).
+                card = (await cards.cards_for(conn, [message], listing.member)).get(message.id)
+                if card is not None:
+                    view.card = card
                 payload = encode(MessageUpdatedEvent(scope_id=row.scope_id, message=view))
             for session in sessions:
                 if not session.is_muted(row.scope_id):

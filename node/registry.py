@@ -8,6 +8,7 @@ from collections.abc import Callable
 import structlog
 import trio
 
+from actors.cards import CardCommand
 from actors.ports import Publisher, ScopeMissing, ScopeStore
 from actors.scope_actor import Command, ScopeActor
 from actors.scope_mutations import DeleteCommand, EditCommand
@@ -159,7 +160,7 @@ class ActorRegistry:
         return outcome[0] if outcome else None
 
     async def ask(
-        self, scope_id: str, cmd: RosterCommand | EditCommand | DeleteCommand
+        self, scope_id: str, cmd: RosterCommand | EditCommand | DeleteCommand | CardCommand
     ) -> dict[str, object]:
         """Queue a command that answers once and wait for the answer; a refusal raises."""
         done = trio.Event()

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from actors.cards import APP_KEY, SHARE_KEY, public_card
 from actors.model import Member, StoredMessage
 from actors.planner import MessagePlan
 from actors.ports import CommittedSend
@@ -94,6 +95,7 @@ def stored_message_view(message: StoredMessage, viewer_id: str | None) -> Messag
         revision=message.revision,
         edited_at=rfc3339(message.edited_at) if message.edited_at is not None else None,
         deleted=message.deleted_at is not None,
+        card=public_card(message) or msgspec.UNSET,
     )
 
 
@@ -107,7 +109,7 @@ def run_sources(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 # Stored with the message but shown as fields of their own (or not at all).
-_NOT_METADATA = frozenset({"mentions", "attachmentIds", "attachments"})
+_NOT_METADATA = frozenset({"mentions", "attachmentIds", "attachments", SHARE_KEY, APP_KEY})
 ATTACHMENT_URL = "/v1/attachments/{}"
 
 

@@ -14,7 +14,17 @@ from typing import Any
 import msgspec
 from msgspec import inspect
 
-from protocol import admin, frames, presence, rewind, schedules, services, tasks, workflows
+from protocol import (
+    admin,
+    cards,
+    frames,
+    presence,
+    rewind,
+    schedules,
+    services,
+    tasks,
+    workflows,
+)
 from protocol.errors import CloseCode, ErrorCode
 
 INTRO = """\
@@ -281,6 +291,7 @@ RESULTS |= tasks.RESULTS
 RESULTS |= workflows.RESULTS
 RESULTS |= rewind.RESULTS
 RESULTS |= schedules.RESULTS
+RESULTS |= cards.RESULTS
 
 # Per server frame: when it is sent.
 EVENTS: dict[str, str] = {
@@ -465,6 +476,8 @@ def type_name(t: inspect.Type) -> str:
             return " \\| ".join(type_name(x) for x in t.types)
         case inspect.StructType():
             return f"`{t.cls.__name__}`"
+        case inspect.UnsetType():
+            return "absent"
     raise TypeError(f"no rendering for {t!r}")  # pragma: no cover - new type kinds
 
 
@@ -483,6 +496,10 @@ def _default(field: inspect.Field) -> str:
     if field.required:
         return "required"
     value: Any = field.default
+    if value is msgspec.UNSET or (
+        value is msgspec.NODEFAULT and field.default_factory is msgspec.NODEFAULT
+    ):
+        return "absent"
     if value is msgspec.NODEFAULT and field.default_factory is not msgspec.NODEFAULT:
         value = field.default_factory()
     return f"`{msgspec.json.encode(value).decode()}`"
@@ -542,10 +559,12 @@ def render() -> str:
         frames.MemberUpdatedEvent,
         tasks.TaskUpdatedEvent,
         workflows.WorkflowUpdatedEvent,
+        cards.CardActionEvent,
     ]
     for cls in server:
         tag = _tag(cls)
-        out += [f"### `{tag}`", "", {**EVENTS, **tasks.EVENTS, **workflows.EVENTS}[tag], ""]
+        events = {**EVENTS, **tasks.EVENTS, **workflows.EVENTS, **cards.EVENTS}
+        out += [f"### `{tag}`", "", events[tag], ""]
         out += table(cls)
         out.append("")
     out += ["## Shared objects", ""]
@@ -569,6 +588,9 @@ def render() -> str:
         workflows.WorkflowPlanEntry,
         schedules.RuleIn,
         schedules.ScheduleEntry,
+        cards.CardBody,
+        cards.CardField,
+        cards.CardButton,
     ]
     for cls in shared:
         out += [f"### `{cls.__name__}`", ""]

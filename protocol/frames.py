@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from protocol.admin import AdminRequest
+from protocol.cards import CardAction, PostCard, RevokeShare, ShareChannel, ShareMessage, UpdateCard
 from protocol.presence import PresenceList, SetPresence, Typing
 from protocol.rewind import MarkRecoveryPoint, Rewind
 from protocol.schedules import (
@@ -323,6 +324,12 @@ Request = (
     | PauseSchedule
     | DeleteSchedule
     | Schedules
+    | ShareChannel
+    | ShareMessage
+    | RevokeShare
+    | PostCard
+    | CardAction
+    | UpdateCard
 )
 ClientFrame = Hello | Ping | Pong | Request
 CLIENT_FRAME_TYPES: frozenset[str] = frozenset(
@@ -377,6 +384,9 @@ class MessageView(Struct, rename="camel", kw_only=True):
     # docs/design.md#reactions: [{emoji, count, memberIds}] by first reaction,
     # at most 20 memberIds each; filled by history and resume, empty on a new message.
     reactions: list[dict[str, Any]] = []
+    # A card message's card (docs/cards.md), computed for each viewer; absent on
+    # every other message.
+    card: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
 class ThreadSummary(Struct, rename="camel", kw_only=True):

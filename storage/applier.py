@@ -150,8 +150,8 @@ def _message(v: _Values) -> str:
         idempotency_payload_digest, message_type, content, metadata, created_at, updated_at)
     SELECT {v.message_id}, {v.workspace_id}, {v.scope_id}, {v.seq}, {v.global_seq},
         {v.author_id}, {v.author_type}, {v.author_id}, {v.author_id}, {v.client_message_id},
-        {v.digest}, {v.message_type}, {v.content}, {v.metadata}, {v.created_at},
-        {v.created_at}
+        {v.digest}, {v.message_type}, {v.content}, {v.metadata} - 'shareCard' - 'appCard',
+        {v.created_at}, {v.created_at}
     FROM {v.rows}
     RETURNING id, seq, workspace_global_seq
 )"""
@@ -210,6 +210,31 @@ def _writes(v: _Values, *, dedupe_key: str = "o.dedupe_key") -> str:
     FROM {v.rows} CROSS JOIN LATERAL jsonb_to_recordset({v.sources})
         AS s(ordinal integer, message_id text, kind text, member_id text, dedupe_key text)
     JOIN scope_messages src ON src.id = s.message_id
+), {_cards(v)}"""
+
+
+def _cards(v: _Values) -> str:
+    """A card message's sidecar row (docs/cards.md), from the planned metadata's
+    ``shareCard`` or ``appCard``, which the message row itself does not keep."""
+    return f"""share_card AS (
+    INSERT INTO scope_share_cards (
+        id, workspace_id, scope_id, message_id, source_scope_id, source_message_id,
+        target_scope_id, created_by_member_id, payload, created_at, updated_at)
+    SELECT c.id, {v.workspace_id}, {v.scope_id}, {v.message_id}, c.source_scope_id,
+        c.source_message_id, {v.scope_id}, {v.author_id}, jsonb_build_object('kind', c.kind),
+        {v.created_at}, {v.created_at}
+    FROM {v.rows} CROSS JOIN LATERAL jsonb_to_record({v.metadata} -> 'shareCard')
+        AS c(id text, kind text, source_scope_id text, source_message_id text)
+    WHERE {v.metadata} ? 'shareCard'
+), app_card AS (
+    INSERT INTO service_notification_cards (
+        scope_id, message_id, app_notification_id, schema_version, card_revision,
+        render_payload_json, action_schema_json, expires_at, created_at, updated_at)
+    SELECT {v.scope_id}, {v.message_id}, {v.client_message_id}, 1, 1, a.render, a.actions,
+        a.expires_at, {v.created_at}, {v.created_at}
+    FROM {v.rows} CROSS JOIN LATERAL jsonb_to_record({v.metadata} -> 'appCard')
+        AS a(render jsonb, actions jsonb, expires_at timestamptz)
+    WHERE {v.metadata} ? 'appCard'
 )"""
 
 

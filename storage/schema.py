@@ -40,6 +40,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (18, "services", "schema_v18_services.sql"),
     (19, "workflows", "schema_v19_workflows.sql"),
     (20, "schedules", "schema_v20_schedules.sql"),
+    (21, "service_notification_cards", "schema_v21_service_notification_cards.sql"),
     (22, "rewind", "schema_v22_rewind.sql"),
 )
 _LOCK_KEY = 0x5C0_9E_0DE  # advisory lock serialising concurrent migrators

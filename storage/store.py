@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
+from actors.cards import CardChange, CardTarget
 from actors.model import IdempotencyRecord, Member, NotificationState, ScopeSnapshot
 from actors.planner import MessagePlan, MutationPlan
 from actors.ports import (
@@ -19,7 +20,7 @@ from actors.ports import (
     RosterChange,
 )
 from actors.scope_state import RECENT_TAIL
-from storage import applier, messages, mutations, reactions, scopes, snapshots
+from storage import applier, cards, messages, mutations, reactions, scopes, snapshots
 from storage.group_commit import GroupCommitter
 from storage.pg import TrioConnection
 from storage.pool import Pool
@@ -118,6 +119,16 @@ class PgScopeStore:
     async def apply_mutation(self, plan: MutationPlan) -> CommittedMutation | MutationConflict:
         async with self._pool.connection() as conn:
             return await mutations.apply(conn, plan)
+
+    async def card_target(self, scope_id: str, message_id: str) -> CardTarget | None:
+        async with self._pool.connection() as conn:
+            return await cards.target(conn, scope_id, message_id)
+
+    async def apply_card(
+        self, plan: MutationPlan, change: CardChange
+    ) -> CommittedMutation | MutationConflict:
+        async with self._pool.connection() as conn:
+            return await cards.apply(conn, plan, change)
 
 
 class PgLockedScope:

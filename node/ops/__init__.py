@@ -17,6 +17,7 @@ from typing import Any
 
 from node.ops import (
     admin,
+    cards,
     delivery,
     grants,
     membership,
@@ -36,6 +37,7 @@ from node.ops.context import Context
 from node.ops.delivery import redeliver
 from node.ops.reading import resume
 from protocol.admin import ADMIN_OPS
+from protocol.cards import CardAction, PostCard, RevokeShare, ShareChannel, ShareMessage, UpdateCard
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import (
     Ack,
@@ -159,6 +161,18 @@ async def handle(ctx: Context, request: Any) -> Any:
             return await schedules.change(ctx, request)
         case Schedules():
             return await schedules.list_schedules(ctx)
+        case ShareChannel():
+            return await cards.share_channel(ctx, request)
+        case ShareMessage():
+            return await cards.share_message(ctx, request)
+        case RevokeShare():
+            return await cards.revoke_share(ctx, request)
+        case PostCard():
+            return await cards.post_card(ctx, request)
+        case CardAction():
+            return await cards.card_action(ctx, request)
+        case UpdateCard():
+            return await cards.update_card(ctx, request)
     if request.__struct_config__.tag in ADMIN_OPS:
         return await admin.handle(ctx, request)
     raise OperationError(ErrorCode.BAD_FRAME, "unsupported operation")

@@ -23,7 +23,7 @@ from protocol.frames import (
     ThreadSummary,
     to_builtins,
 )
-from storage import access, messages, reactions, read_state, scopes, services, sources
+from storage import access, cards, messages, reactions, read_state, scopes, services, sources
 from storage import rewind as rewind_store
 from storage.pg import TrioConnection
 from storage.visibility import Viewer
@@ -75,7 +75,10 @@ async def thread_root(ctx: Context, info: ScopeInfo) -> dict[str, Any] | None:
             return None
         cited = await sources.sources_for(conn, [root.message.id], member)
         shown_reactions = await reactions.summaries(conn, [root.message.id], member)
+        card = (await cards.cards_for(conn, [root.message], member)).get(root.message.id)
     view = stored_message_view(root.message, member.id)
+    if card is not None:
+        view.card = card
     view.sources += cited.get(root.message.id, [])
     view.reactions = [s.view() for s in shown_reactions.get(root.message.id, [])]
     shown: dict[str, Any] = to_builtins(view)
@@ -112,6 +115,7 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
             budget=ctx.settings.history_candidate_budget,
         )
         cited = await sources.sources_for(conn, [r.message.id for r in page.messages], member)
+        shown_cards = await cards.cards_for(conn, [r.message for r in page.messages], member)
     if ascending:
         covers = page.examined_high if page.has_more and page.examined_high else latest
     elif request.before_seq is not None:
@@ -121,6 +125,7 @@ async def history(ctx: Context, request: History) -> dict[str, Any]:
     shown = [to_builtins(stored_message_view(r.message, member.id)) for r in page.messages]
     for message in shown:
         message["sources"] += cited.get(message["id"], [])
+        _with_card(message, shown_cards)
     await _with_reactions(ctx, shown)
     await _with_rewound(ctx, scope_id, shown)
     if info.type is ScopeType.CHANNEL and shown and not member.is_private_agent:
@@ -169,9 +174,11 @@ async def _history_around(
         )
         found = older.messages + newer.messages
         cited = await sources.sources_for(conn, [r.message.id for r in found], member)
+        shown_cards = await cards.cards_for(conn, [r.message for r in found], member)
     shown = [to_builtins(stored_message_view(r.message, member.id)) for r in found]
     for message in shown:
         message["sources"] += cited.get(message["id"], [])
+        _with_card(message, shown_cards)
     await _with_reactions(ctx, shown)
     await _with_rewound(ctx, scope_id, shown)
     if info.type is ScopeType.CHANNEL and shown and not member.is_private_agent:
@@ -194,6 +201,16 @@ async def _history_around(
     if info.type is ScopeType.THREAD:
         result["root"] = await thread_root(ctx, info)
     return result
+
+
+def _with_card(message: dict[str, Any], shown: dict[str, dict[str, Any]]) -> None:
+    """A card message's ``card`` as the viewer may see it (docs/cards.md): the
+    one computed for it, replacing the live form the stored metadata gives."""
+    card = shown.get(message["id"])
+    if card is not None:
+        message["card"] = card
+    else:
+        message.pop("card", None)
 
 
 async def _with_threads(ctx: Context, scope_id: str, shown: list[dict[str, Any]]) -> None:
@@ -268,11 +285,16 @@ async def resume(ctx: Context, resume_from: dict[str, int]) -> dict[str, int]:
             cited = await sources.sources_for(
                 conn, [r.message.id for r in page.messages], viewer.member
             )
+            shown_cards = await cards.cards_for(
+                conn, [r.message for r in page.messages], viewer.member
+            )
         summaries = await _reaction_summaries(ctx, [r.message.id for r in page.messages])
         for readable in page.messages:
             view = stored_message_view(readable.message, viewer.member.id)
             view.sources += cited.get(readable.message.id, [])
             view.reactions = summaries.get(readable.message.id, [])
+            if readable.message.id in shown_cards:
+                view.card = shown_cards[readable.message.id]
             payload = encode(MessageEvent(scope_id=scope_id, message=view))
             # Paced by the writer: a burst of up to 200 messages must not close
             # a reading client as a slow consumer. A client that does not read
