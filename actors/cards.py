@@ -18,7 +18,7 @@ the ``card`` readers are shown, never naming what a share card points at.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
@@ -92,7 +92,7 @@ class CardCommand:
 
 
 def _rfc3339(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat().replace("+00:00", "Z")
+    return None if at is None else f"{at.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%fZ}"
 
 
 def app_card_view(message_id: str, app: AppCardState) -> dict[str, Any]:

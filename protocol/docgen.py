@@ -476,8 +476,6 @@ def type_name(t: inspect.Type) -> str:
             return " \\| ".join(type_name(x) for x in t.types)
         case inspect.StructType():
             return f"`{t.cls.__name__}`"
-        case inspect.UnsetType():
-            return "absent"
     raise TypeError(f"no rendering for {t!r}")  # pragma: no cover - new type kinds
 
 
@@ -496,10 +494,8 @@ def _default(field: inspect.Field) -> str:
     if field.required:
         return "required"
     value: Any = field.default
-    if value is msgspec.UNSET or (
-        value is msgspec.NODEFAULT and field.default_factory is msgspec.NODEFAULT
-    ):
-        return "absent"
+    if value is msgspec.NODEFAULT and field.default_factory is msgspec.NODEFAULT:
+        return "absent"  # an UNSET default: the field is left out
     if value is msgspec.NODEFAULT and field.default_factory is not msgspec.NODEFAULT:
         value = field.default_factory()
     return f"`{msgspec.json.encode(value).decode()}`"

@@ -18,7 +18,7 @@ the card without its ``source``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -316,6 +316,6 @@ async def _message_source(
             "displayName": cited.author.display_name,
         },
         "content": cited.content,
-        "createdAt": cited.created_at.isoformat().replace("+00:00", "Z"),
+        "createdAt": f"{cited.created_at.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%fZ}",
         "deleted": cited.deleted_at is not None,
     }

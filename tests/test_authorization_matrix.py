@@ -32,6 +32,7 @@ from node.client import Client
 from storage import directory, invites, scopes
 from storage.pg import connect
 from tests.nodes import Person, World, running_node
+from tests.test_authorization_cards import card_lines
 from tests.test_authorization_rewind import rewind_lines
 from tests.test_authorization_schedules import schedule_lines
 from tests.test_authorization_services import service_lines
@@ -571,6 +572,7 @@ def render() -> str:
     lines += workflow_lines(_cell)
     lines += rewind_lines(_cell)
     lines += schedule_lines()
+    lines += card_lines()
     return "\n".join(lines) + "\n"
 
 

@@ -34,6 +34,7 @@ PRODUCERS: dict[tuple[str, str, str], str] = {
     ("actors/planner.py", "plan_edit", "mutation"): "worker_first_mutation",
     ("actors/planner.py", "plan_edit", "agent_wake"): "inline_ordinary",
     ("actors/planner.py", "plan_delete", "mutation"): "worker_first_mutation",
+    ("actors/cards.py", "plan_card", "mutation"): "worker_first_mutation",
     ("bench/relayfloor.py", "*", "realtime"): "inline_ordinary",
     ("storage/send_baseline.py", "baseline_values", "realtime"): "inline_ordinary",
     ("storage/applier.py", "SQL", "the plan's rows"): "o.policy",

@@ -59,8 +59,9 @@ def test_sql_lives_only_in_storage() -> None:
             assert not any(word in text for word in SQL_WORDS), f"SQL in {path}"
 
 
-# The Applier: sends in applier.py, its mutation path (edits, deletes) in mutations.py.
-APPLIER_MODULES = {"applier.py", "mutations.py"}
+# The Applier: sends in applier.py, its mutation path (edits, deletes) in mutations.py,
+# and card changes (a card's fallback content) in cards.py.
+APPLIER_MODULES = {"applier.py", "mutations.py", "cards.py"}
 
 
 def test_only_the_applier_writes_messages() -> None:
@@ -70,7 +71,8 @@ def test_only_the_applier_writes_messages() -> None:
         if "INSERT INTO scope_messages " in text or "UPDATE scope_messages " in text:
             assert path.parent.name == "storage", path
             assert path.name in APPLIER_MODULES, path
-    assert "INSERT INTO scope_messages " not in (ROOT / "storage" / "mutations.py").read_text()
+    for mutation_path in ("mutations.py", "cards.py"):
+        assert "INSERT INTO scope_messages " not in (ROOT / "storage" / mutation_path).read_text()
 
 
 def test_one_mention_parser() -> None:
