@@ -13,6 +13,8 @@ Read in this order:
   reconnect=Backoff())``: reconnect with jittered backoff, resume, and hand
   each event and delivery over once; which closes end the loop.
 * ``chunks.py`` — how a long send is stored as rows, and reading them back.
+* ``cards.py`` — share cards and a service's interactive cards (``Client.share_channel``,
+  ``Client.post_card``, ``Client.update_card`` …), one request each.
 * ``attachments.py`` — uploads and downloads over HTTP (``Client.upload``,
   ``Client.download``), streamed both ways.
 

@@ -48,6 +48,7 @@ import trio_websocket
 
 from node.client import attachments
 from node.client.attachments import http_base
+from node.client.cards import CardRequests
 from node.client.schedules import ScheduleOps
 from node.client.workflows import WorkflowOps
 
@@ -116,7 +117,7 @@ def _id_key(request_id: Any) -> bytes:
     return _encoder.encode(request_id)
 
 
-class Client(WorkflowOps, ScheduleOps):
+class Client(WorkflowOps, ScheduleOps, CardRequests):
     """One authenticated session. Create it with :func:`open_client`."""
 
     welcome: dict[str, Any]

@@ -26,6 +26,7 @@ import { wireProfile } from "./views/profile.js";
 import { wireTasks } from "./views/tasks.js";
 import { wireWorkflows } from "./views/workflows.js";
 import { wireSchedules } from "./views/schedules.js";
+import { wireCards } from "./views/cards.js";
 
 function init() {
   $("login-form").addEventListener("submit", (event) => {
@@ -55,6 +56,7 @@ function init() {
   wireTasks();
   wireWorkflows();
   wireSchedules();
+  wireCards();
   $("load-older").addEventListener("click", () => {
     const view = state.view;
     if (!view || view.loading) return;

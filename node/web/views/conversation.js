@@ -22,6 +22,7 @@ import { rove, keepMessageFocus } from "./keyboard.js";
 import * as history from "./history.js";
 import { renderTyping } from "./presence.js";
 import { serviceComposer, postAsService } from "./services.js";
+import { shareButtonFor } from "./cards.js";
 
 // `reveal`: a switch the reader asked for (or the first one) brings the
 // conversation on screen and focus to its composer; a refetch of the open one
@@ -38,6 +39,7 @@ export async function openScope(scopeId, { reveal = scopeId !== state.current } 
   $("members-button").disabled = false;
   setComposerEnabled(true);
   serviceComposer(scope);
+  shareButtonFor(scope);
   setText($("composer-note"), "");
   if (state.panel?.kind === "members") openMembers({ refresh: true });
   if (scope?.type === "channel") loadOwner(scopeId);

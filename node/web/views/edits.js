@@ -1,6 +1,7 @@
 // Editing and deleting messages: the inline edit form, tombstones, live
 // updates and deletions, and who may delete (the channel owner).
 
+import { staleCard } from "./cards.js";
 import { state } from "../store.js";
 import { el } from "../dom.js";
 import { moderationWords, describeError } from "../format.js";
@@ -134,7 +135,7 @@ export function onMessageUpdated(frame) {
   const fresh = frame.message;
   if (!fresh) return;
   for (const copy of copiesOf(fresh.id)) {
-    if ((copy.revision || 0) > (fresh.revision || 0)) continue; // an older projection
+    if ((copy.revision || 0) > (fresh.revision || 0) || staleCard(copy, fresh)) continue; // an older projection
     const pendingSources = (fresh.sources || []).some((src) => src.pending);
     Object.assign(copy, fresh, pendingSources ? { sources: copy.sources } : {});
   }

@@ -13,6 +13,7 @@ import { attachmentsNode } from "./uploads.js";
 import { openThread } from "./thread.js";
 import { createTaskFrom, isTask } from "./tasks.js";
 import { isNotice, rewindActions, rewindTag, rewoundBody } from "./rewind.js";
+import { cardNode, isCard, shareMessage } from "./cards.js";
 
 // Messages their author may edit: text, and a task's discussion.
 const EDITABLE = new Set(["text", "task_discussion"]);
@@ -85,6 +86,9 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
     }
     actions.push(el("button", { type: "button", class: "link", onclick: () => startQuote(message, inThread) }, "Quote"));
     actions.push(el("button", { type: "button", class: "link", onclick: () => openForward(message) }, "Forward"));
+    if (supports("shareMessage") && !isCard(message)) {
+      actions.push(el("button", { type: "button", class: "link", onclick: () => shareMessage(message) }, "Share"));
+    }
     const cardOf = message.messageType === "task_card" ? message.metadata?.taskId : null;
     if (cardOf && isTask(cardOf)) {
       actions.push(el("button", { type: "button", class: "link", onclick: () => openScope(cardOf, { reveal: true }) }, "Open task"));
@@ -104,6 +108,7 @@ export function messageNode(message, { inThread = false, grouped = false } = {})
   let body;
   if (message.deleted) body = el("p", { class: "tombstone" }, "message deleted");
   else if (editing) body = editForm(editing, message);
+  else if (isCard(message)) body = rewoundBody(message, cardNode(message));
   else {
     body = el("div", { class: "content", dir: "auto" }, renderMarkdown(message.content ?? "", message));
     if (message.editedAt || message.revision) {
