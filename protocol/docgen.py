@@ -608,6 +608,12 @@ def render() -> str:
         " resume and `messageUpdated` fill it, each for its own viewer; a `message`"
         " event of a new message carries `[]`, and `reaction` events keep it current.",
         "",
+        "`MessageView.card` is present on card messages only ([cards.md](cards.md)):"
+        " `{cardId, kind, revoked, source?}` for a share card, `source` only for a viewer"
+        " who may see what it shares (`unavailable: true` otherwise; `pending: true` on a"
+        " live `message` event, resolved by `history`), and `{cardId, kind: \"app\","
+        " revision, state, expiresAt, title, text, fields, actions}` for an app card.",
+        "",
     ]
     out += ["## Error codes", "", "| code | retryable | meaning |", "| --- | --- | --- |"]
     for code in ErrorCode:

@@ -231,6 +231,27 @@ async def app_cards(world: World) -> None:
             }
         )
         assert refused["code"] == "forbidden"
+        # A card past its expiry takes no action.
+        old = await s.request(
+            "postCard",
+            target=f"scope:{convo}",
+            fallback="Approve deploy #41?",
+            card=card,
+            clientMessageId="deploy-41",
+            expiresAt="2020-01-01T00:00:00Z",
+        )
+        late = await a.request_frame(
+            {
+                "type": "cardAction",
+                "id": "late",
+                "messageId": old["messageId"],
+                "actionId": "approve",
+                "revision": 1,
+            }
+        )
+        assert late["code"] == "conflict"
+        assert late["details"]["expired"] is True
+        assert late["details"]["revision"] == 1
 
 
 async def test_cards(database_url: str, tmp_path: Path) -> None:
