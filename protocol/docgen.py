@@ -611,7 +611,7 @@ def render() -> str:
         "`MessageView.card` is present on card messages only ([cards.md](cards.md)):"
         " `{cardId, kind, revoked, source?}` for a share card, `source` only for a viewer"
         " who may see what it shares (`unavailable: true` otherwise; `pending: true` on a"
-        " live `message` event, resolved by `history`), and `{cardId, kind: \"app\","
+        ' live `message` event, resolved by `history`), and `{cardId, kind: "app",'
         " revision, state, expiresAt, title, text, fields, actions}` for an app card.",
         "",
     ]

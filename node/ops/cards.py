@@ -212,12 +212,14 @@ def _render(card: CardBody) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def _tell_service(services: Services, service_id: str, event: CardActionEvent) -> None:
-    """``cardAction`` to the service's daemon sessions on this node (direct: the
-    action itself is stored, and the card's state is read with ``history``)."""
+    """``cardAction`` to the service's daemon sessions, here and on the other
+    nodes (direct: the action itself is stored, and the card's state is read
+    with ``history``)."""
     payload = encode(event)
     for session in services.hub.sessions_of(service_id):
         if session.is_daemon:
             session.push(payload)
+    services.hub.relay_event(event.scope_id, payload, audience=[service_id])
 
 
 def _posted(result: SendResult) -> tuple[str, int]:
