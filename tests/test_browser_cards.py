@@ -140,7 +140,7 @@ def ann_shares_and_approves(browser: Browser, node: RunningNode, ann: Person) ->
 
     _, page = open_page(browser, node.http, ann.token)
     conversation(page, "#open").click()
-    page.get_by_role("button", name="Share", exact=True).click()
+    page.get_by_role("button", name="Share channel").click()
     page.get_by_role("dialog").get_by_role("button", name="Share to #lobby").click()
     expect(page.get_by_role("heading", name="#lobby", level=2)).to_be_visible()
     expect(page.get_by_role("group", name="Shared channel #open")).to_have_count(2)

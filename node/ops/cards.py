@@ -36,6 +36,7 @@ from protocol.codec import encode
 from protocol.errors import ErrorCode, OperationError
 from protocol.frames import SendResult, to_builtins
 from storage import access, cards, messages
+from storage.pg import TrioConnection
 
 # A share card's content: what search finds and a client without cards shows.
 # It never names what was shared, which not every reader may see.
@@ -46,11 +47,7 @@ SHARED_MESSAGE = "shared a message"
 async def share_channel(ctx: Context, request: ShareChannel) -> dict[str, Any]:
     member = member_of(ctx)
     async with ctx.services.pool.connection() as conn:
-        found = await access.known_scope(conn, request.channel_id, member)
-        visible = found is not None and found.info.type is ScopeType.CHANNEL
-        if visible and found is not None and not found.shared:
-            rights = await access.read_rights(conn, found.info.id, member.id)
-            visible = rights.current_public or rights.current_private
+        visible = await _sees_channel(conn, request.channel_id, member)
     if not visible:
         raise OperationError(ErrorCode.NOT_FOUND, "no such channel", path="$.channelId")
     return await _share(
@@ -61,6 +58,18 @@ async def share_channel(ctx: Context, request: ShareChannel) -> dict[str, Any]:
         SHARED_CHANNEL,
         {"kind": "channel", "source_scope_id": request.channel_id},
     )
+
+
+async def _sees_channel(conn: TrioConnection, channel_id: str, member: Member) -> bool:
+    """A public channel of the member's workspace, or a private one it is in now:
+    the channels a share card may show it (storage/cards.py asks the same)."""
+    found = await access.known_scope(conn, channel_id, member)
+    if found is None or found.info.type is not ScopeType.CHANNEL:
+        return False
+    if found.shared:
+        return True
+    rights = await access.read_rights(conn, found.info.id, member.id)
+    return rights.current_public or rights.current_private
 
 
 async def share_message(ctx: Context, request: ShareMessage) -> dict[str, Any]:
