@@ -4,7 +4,8 @@ The same harness as tests/test_browser.py, one node and one browser for the
 module. A member of a shared private channel sees its name and description
 on the card, a reader who is not sees "A channel you cannot see", and a
 shared public channel offers "Join". A revoke turns both readers' cards into
-"no longer available" within a second, without a reload. Sharing from the
+"no longer available" within a second, without a reload, and so they stay
+after one. Sharing from the
 page: "Share" on a channel, then the conversation to post the card to. And
 examples/approval_service.py: its "Approve deploy #42?" card's Approve
 button, pressed in the page, becomes "Approved by ann".
@@ -125,6 +126,13 @@ def revoked_live(pages: list[Page]) -> None:
         gone = page.get_by_role("group", name="Shared channel, no longer available")
         expect(gone).to_be_visible(timeout=LIVE_MS)
     expect(pages[0].get_by_text(SECRET_NAME)).to_have_count(0)
+    # And after a reload, read back from history.
+    member = pages[0]
+    member.reload()
+    conversation(member, "#lobby").click()
+    expect(member.get_by_role("group", name="Shared channel, no longer available")).to_be_visible()
+    expect(member.get_by_role("group", name="Shared channel #open")).to_be_visible()
+    expect(member.get_by_text(SECRET_NAME)).to_have_count(0)
 
 
 def cat_joins_from_the_card(page: Page) -> None:
