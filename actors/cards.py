@@ -167,12 +167,25 @@ def decide(target: CardTarget, actor: Member, change: CardChange, now: datetime)
             raise _forbidden("only people act on cards", "not_human")
         if app.state != "active" or (app.expires_at is not None and now >= app.expires_at):
             raise conflict(app.revision, expired=True)
-        if not any(a.get("id") == change.action_id for a in app.actions):
-            raise OperationError(
-                ErrorCode.VALIDATION_FAILED, "the card has no such action", path="$.actionId"
-            )
+        _require_offered(app, change)
     if change.expected_revision != app.revision:
         raise conflict(app.revision)
+
+
+def _require_offered(app: AppCardState, change: CardChange) -> None:
+    """The action is one of the card's buttons, or a choice its select offers."""
+    if any(a.get("id") == change.action_id for a in app.actions):
+        return
+    select = app.render.get("select")
+    if isinstance(select, dict) and select.get("id") == change.action_id:
+        if any(o.get("value") == change.value for o in select.get("options", ())):
+            return
+        raise OperationError(
+            ErrorCode.VALIDATION_FAILED, "the card's select has no such choice", path="$.value"
+        )
+    raise OperationError(
+        ErrorCode.VALIDATION_FAILED, "the card has no such action", path="$.actionId"
+    )
 
 
 def plan_card(

@@ -69,15 +69,30 @@ class CardButton(Struct, rename="camel", kw_only=True, omit_defaults=True):
     style: Literal["primary", "danger"] | None = None
 
 
+class CardOption(Struct, rename="camel", kw_only=True):
+    value: Annotated[str, Meta(min_length=1, max_length=100, extra=CONTENT)]
+    label: Annotated[str, Meta(min_length=1, max_length=80, extra=NAME)]
+
+
+class CardSelect(Struct, rename="camel", kw_only=True):
+    """A choice among ``options``: choosing one is a ``cardAction`` with
+    ``actionId`` the select's ``id`` and ``value`` the option's."""
+
+    id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    label: Annotated[str, Meta(min_length=1, max_length=80, extra=NAME)]
+    options: Annotated[list[CardOption], Meta(min_length=1, max_length=25)]
+
+
 class CardBody(Struct, rename="camel", kw_only=True, omit_defaults=True):
     """What an app card shows: a title, optional text (Markdown), label/value
-    fields and buttons. The set of components may grow; each is optional but
-    the title."""
+    fields, buttons and one select. The set of components may grow; each is
+    optional but the title."""
 
     title: Annotated[str, Meta(min_length=1, max_length=200, extra=NAME)]
     text: Annotated[str, Meta(max_length=4000, extra=CONTENT)] = ""
     fields: Annotated[list[CardField], Meta(max_length=10)] = []
     actions: Annotated[list[CardButton], Meta(max_length=5)] = []
+    select: CardSelect | None = None
 
 
 class PostCard(_Frame, tag="postCard"):
@@ -157,7 +172,8 @@ RESULTS: dict[str, str] = {
         " (humans; `forbidden` for agents and services); `conflict` with"
         " `details.revision` (the current revision) when `revision` is not the current"
         " one, and with `details.expired: true` after the card's `expiresAt`;"
-        " `validation_failed` at `$.actionId` for a button the card does not have."
+        " `validation_failed` at `$.actionId` for a button the card does not have, and at"
+        " `$.value` for a choice its select does not offer."
         " Readers get `messageUpdated`; the service's sessions get `cardAction`."
     ),
     "updateCard": (

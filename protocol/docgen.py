@@ -587,6 +587,8 @@ def render() -> str:
         cards.CardBody,
         cards.CardField,
         cards.CardButton,
+        cards.CardSelect,
+        cards.CardOption,
     ]
     for cls in shared:
         out += [f"### `{cls.__name__}`", ""]

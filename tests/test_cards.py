@@ -251,6 +251,29 @@ async def app_cards(world: World) -> None:
         )
         assert late["code"] == "conflict"
         assert late["details"]["expired"] is True
+        # A select: a choice it offers is an action, any other value is refused.
+        chosen = {
+            "title": "Which region?",
+            "select": {
+                "id": "region",
+                "label": "Region",
+                "options": [{"value": "eu", "label": "Europe"}, {"value": "us", "label": "US"}],
+            },
+        }
+        asked = await s.post_card(f"scope:{convo}", "Which region?", chosen)
+        picked = await b.card_action(asked["messageId"], "region", 1, value="eu")
+        assert picked == 2
+        wrong = await b.request_frame(
+            {
+                "type": "cardAction",
+                "id": "wrong",
+                "messageId": asked["messageId"],
+                "actionId": "region",
+                "value": "mars",
+                "revision": 2,
+            }
+        )
+        assert wrong["details"]["path"] == "$.value"
         assert late["details"]["revision"] == 1
 
 

@@ -125,8 +125,8 @@ function appCard(message) {
       {
         type: "button",
         class: action.style === "danger" ? "danger" : action.style === "primary" ? "primary" : "",
-        disabled: over || busy ? "" : null,
-        onclick: () => act(message, action),
+        disabled: over || busy,
+        onclick: () => act(message, action.id, ""),
       },
       action.label,
     ),
@@ -140,17 +140,34 @@ function appCard(message) {
       ? el("dl", { class: "card-fields" }, ...card.fields.flatMap((f) => [el("dt", {}, f.label), el("dd", { dir: "auto" }, f.value)]))
       : null,
     buttons.length ? el("div", { class: "card-actions" }, ...buttons) : null,
+    card.select ? selectNode(message, card.select, over || busy) : null,
     over ? el("p", { class: "muted small" }, "expired") : null,
     busy ? el("p", { class: "muted small", role: "status" }, "Sending…") : null,
   );
 }
 
-async function act(message, action) {
+function selectNode(message, select, disabled) {
+  const id = `card-${message.id}-${select.id}`;
+  const choice = el(
+    "select",
+    { id, disabled },
+    select.options.map((option) => el("option", { value: option.value }, option.label)),
+  );
+  return el(
+    "div",
+    { class: "card-actions" },
+    el("label", { for: id }, select.label),
+    choice,
+    el("button", { type: "button", disabled, onclick: () => act(message, select.id, choice.value) }, "Submit"),
+  );
+}
+
+async function act(message, actionId, value) {
   if (acting.has(message.id)) return;
   acting.add(message.id);
   rerender();
   try {
-    const result = await request("cardAction", { messageId: message.id, actionId: action.id, revision: message.card.revision });
+    const result = await request("cardAction", { messageId: message.id, actionId, value, revision: message.card.revision });
     for (const copy of copiesOf(message.id)) {
       if ((copy.card?.revision || 0) < result.revision) copy.card = { ...copy.card, revision: result.revision };
     }
