@@ -121,10 +121,12 @@ def public_card(message: StoredMessage) -> dict[str, Any] | None:
         return card if revoked else card | {"pending": True}
     app = message.metadata.get(APP_KEY)
     if isinstance(app, dict):
-        return app.get("view") or app_card_view(
-            message.id,
-            AppCardState(1, app.get("render") or {}, app.get("actions") or [], "active", None),
-        )
+        if "view" in app:
+            return dict(app["view"])
+        expires = app.get("expires_at")
+        at = datetime.fromisoformat(expires) if isinstance(expires, str) else None
+        posted = AppCardState(1, app.get("render") or {}, app.get("actions") or [], "active", at)
+        return app_card_view(message.id, posted)
     return None
 
 

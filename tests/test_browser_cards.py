@@ -8,7 +8,8 @@ shared public channel offers "Join". A revoke turns both readers' cards into
 after one. Sharing from the
 page: "Share" on a channel, then the conversation to post the card to. And
 examples/approval_service.py: its "Approve deploy #42?" card's Approve
-button, pressed in the page, becomes "Approved by ann".
+button, pressed in the page, becomes "Approved by ann"; a card past its
+expiry says "expired" and its buttons are disabled.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from node.client import open_client
 from tests.nodes import RunningNode, running_node
 from tests.test_browser import (
     DIALOGS,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "approval_service.py"
 SECRET_NAME = "Zephyr launch room"
 LIVE_MS = 1000  # a revoke shows on every reader's card within this
+PAST = "2020-01-01T00:00:00Z"
 
 
 def approval_service() -> ModuleType:
@@ -93,11 +96,16 @@ async def test_share_cards_revoke_live_and_the_approval_service(
                     decided.append(await service.run(node.url, token))
 
                 nursery.start_soon(serve)
-                await browser.run(lambda br: ann_shares_and_approves(br, node, ann))
+                page = await browser.run(lambda br: ann_shares_and_approves(br, node, ann))
                 with trio.fail_after(5):
                     while not decided:  # the service returns once it updated the card
                         await trio.sleep(0.02)
             assert decided == ["Approved by ann"]
+            async with open_client(node.url, token, kind="daemon") as deploys:
+                convo = await service.own_conversation(deploys)
+                late = {"title": "Approve deploy #41?", "actions": service.BUTTONS}
+                await deploys.post_card(convo, "Approve deploy #41?", late, expires_at=PAST)
+            await browser.run(lambda br: an_expired_card(page))
             assert DIALOGS == []
 
 
@@ -143,7 +151,7 @@ def cat_joins_from_the_card(page: Page) -> None:
     expect(page.get_by_role("heading", name="#open", level=2)).to_be_visible()
 
 
-def ann_shares_and_approves(browser: Browser, node: RunningNode, ann: Person) -> None:
+def ann_shares_and_approves(browser: Browser, node: RunningNode, ann: Person) -> Page:
     from playwright.sync_api import expect
 
     _, page = open_page(browser, node.http, ann.token)
@@ -160,3 +168,12 @@ def ann_shares_and_approves(browser: Browser, node: RunningNode, ann: Person) ->
     done = page.get_by_role("group", name="Approved by ann")
     expect(done).to_contain_text("Approved by ann")
     expect(done.get_by_role("button")).to_have_count(0)
+    return page
+
+
+def an_expired_card(page: Page) -> None:
+    from playwright.sync_api import expect
+
+    card = page.get_by_role("group", name="Approve deploy #41?")
+    expect(card).to_contain_text("expired")
+    expect(card.get_by_role("button", name="Approve")).to_be_disabled()

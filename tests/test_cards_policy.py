@@ -13,6 +13,7 @@ import pytest
 
 from actors.cards import (
     APP_CARD,
+    APP_KEY,
     SHARE_CARD,
     SHARE_KEY,
     AppCardState,
@@ -94,3 +95,11 @@ def test_the_live_form_of_a_share_card_never_names_its_source() -> None:
     )
     assert revoked == {"cardId": "shc_1", "kind": "channel", "revoked": True}
     assert public_card(message(member("ann"), "text", {})) is None
+
+
+def test_a_posted_app_card_shows_its_expiry_live() -> None:
+    sidecar = {"render": {"title": "t"}, "actions": [], "expires_at": "2020-01-01T00:00:00+00:00"}
+    live = public_card(message(member("svc", MemberType.SERVICE), APP_CARD, {APP_KEY: sidecar}))
+    assert live is not None
+    assert live["expiresAt"] == "2020-01-01T00:00:00.000000Z"
+    assert live["revision"] == 1
