@@ -30,22 +30,22 @@ export function staleCard(copy, fresh) {
 }
 
 function group(label, classes, ...children) {
-  return el("section", { class: "card " + classes, role: "group", "aria-label": label }, ...children);
+  return el("section", { class: "msg-card " + classes, role: "group", "aria-label": label }, ...children);
 }
 
 function shareCard(message) {
   const card = message.card;
   const what = card.kind === "message" ? "message" : "channel";
   if (card.revoked) {
-    return group(`Shared ${what}, no longer available`, "share revoked", el("p", { class: "muted" }, `Shared ${what} — no longer available`));
+    return group(`Shared ${what}, no longer available`, "card-share card-revoked", el("p", { class: "muted" }, `Shared ${what} — no longer available`));
   }
   if (card.pending) {
     resolve(message);
-    return group(`Shared ${what}`, "share pending", el("p", { class: "muted" }, `Shared ${what}…`));
+    return group(`Shared ${what}`, "card-share card-pending", el("p", { class: "muted" }, `Shared ${what}…`));
   }
   if (!card.source) {
     const text = what === "message" ? "A message you cannot see" : "A channel you cannot see";
-    return group(text, "share unavailable", el("p", { class: "muted" }, text));
+    return group(text, "card-share card-unavailable", el("p", { class: "muted" }, text));
   }
   return what === "message" ? sharedMessage(card.source) : sharedChannel(card.source);
 }
@@ -62,7 +62,7 @@ function sharedChannel(source) {
       : null;
   return group(
     `Shared channel #${source.slug}`,
-    "share channel",
+    "card-share card-channel",
     el("h4", {}, `#${source.slug}`, " ", el("span", { class: "muted" }, source.name)),
     source.description ? el("p", { dir: "auto" }, source.description) : null,
     el("p", { class: "muted small" }, `${count} · ${source.visibility}`),
@@ -75,7 +75,7 @@ function sharedMessage(source) {
   const name = author.displayName || author.handle || "?";
   return group(
     `Shared message from ${name}`,
-    "share message",
+    "card-share card-message",
     el("div", { class: "source-head" }, el("span", { class: "author" }, name), el("time", { datetime: source.createdAt }, formatTime(source.createdAt))),
     source.deleted
       ? el("p", { class: "tombstone" }, "message deleted")
@@ -133,7 +133,7 @@ function appCard(message) {
   );
   return group(
     message.content || card.title,
-    "app" + (over ? " expired" : ""),
+    "card-app" + (over ? " card-expired" : ""),
     el("h4", { dir: "auto" }, card.title),
     card.text ? el("div", { class: "content", dir: "auto" }, renderMarkdown(card.text, null)) : null,
     card.fields?.length
