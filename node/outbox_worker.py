@@ -16,11 +16,11 @@ from datetime import timedelta
 import structlog
 import trio
 
-from actors.model import StoredMessage
+from actors.model import Member, StoredMessage
 from node.hub import Hub, LiveSession, wake_frame
 from node.views import stored_message_view, task_wake
 from protocol.codec import encode
-from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEvent
+from protocol.frames import MessageDeletedEvent, MessageEvent, MessageUpdatedEvent, MessageView
 from protocol.wsframes import frame
 from storage import access, cards, messages, outbox, reactions, scopes, tasks
 from storage.outbox import LeasedRow
@@ -221,6 +221,7 @@ class OutboxWorker:
                 )
                 if page.messages:
                     view = stored_message_view(message, listing.member.id)
+                    await _with_card(conn, view, message, listing.member)
                     payload = encode(MessageEvent(scope_id=row.scope_id, message=view))
                     for session in sessions:
                         session.deliver_events(row.scope_id, [(message.seq, frame(payload))])
@@ -282,13 +283,19 @@ class OutboxWorker:
                 view = stored_message_view(message, listing.member.id)
                 shown = await reactions.summaries(conn, [message.id], listing.member)
                 view.reactions = [s.view() for s in shown.get(message.id, [])]
-                # A card as this reader may see it now (docs/cards.md).
-                card = (await cards.cards_for(conn, [message], listing.member)).get(message.id)
-                if card is not None:
-                    view.card = card
+                await _with_card(conn, view, message, listing.member)
                 payload = encode(MessageUpdatedEvent(scope_id=row.scope_id, message=view))
             for session in sessions:
                 if not session.is_muted(row.scope_id):
                     session.push(payload)
                     self.pushed += 1
         await outbox.finish(conn, row, self._owner, "delivered")
+
+
+async def _with_card(
+    conn: TrioConnection, view: MessageView, message: StoredMessage, member: Member
+) -> None:
+    """A card message's ``card`` as ``member`` may see it now (docs/cards.md)."""
+    card = (await cards.cards_for(conn, [message], member)).get(message.id)
+    if card is not None:
+        view.card = card
