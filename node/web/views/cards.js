@@ -15,6 +15,7 @@ const SHARE = "channel_share_card";
 const APP = "app_interactive_card";
 const resolving = new Set(); // share card messages whose card is being read
 const acting = new Set(); // app card messages with an action in flight
+const expiring = new Map(); // app card message id -> timer redrawing it when it expires
 
 export function isCard(message) {
   return Boolean(message.card) && (message.messageType === SHARE || message.messageType === APP);
@@ -115,9 +116,23 @@ function expired(card) {
   return card.state === "expired" || (card.expiresAt && Date.now() >= Date.parse(card.expiresAt));
 }
 
+// A card on screen turns "expired" at its time, not at the next redraw.
+function redrawAtExpiry(message) {
+  const left = message.card.expiresAt ? Date.parse(message.card.expiresAt) - Date.now() : NaN;
+  if (!(left > 0) || expiring.has(message.id) || left > 2 ** 31 - 1) return;
+  expiring.set(
+    message.id,
+    setTimeout(() => {
+      expiring.delete(message.id);
+      rerender();
+    }, left + 50),
+  );
+}
+
 function appCard(message) {
   const card = message.card;
   const over = expired(card);
+  if (!over) redrawAtExpiry(message);
   const busy = acting.has(message.id);
   const buttons = (card.actions || []).map((action) =>
     el(
