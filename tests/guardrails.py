@@ -147,9 +147,15 @@ MEMBER_KEYED_ALLOWED = {
 }
 # Non-message activity kinds: nothing a message's own routing explains.
 ACTIVITY_TYPES = {"reaction_add", "task_activity", "share_activity", "attachment_activity"}
-# Statements of the Applier (sends and their mutation path) and where they may insert.
-APPLIER_FILES = ("storage/applier.py", "storage/mutations.py")
+# Statements of the Applier (sends and their mutation path, card changes
+# included) and where they may insert.
+APPLIER_FILES = ("storage/applier.py", "storage/mutations.py", "storage/cards.py")
 APPLIER_TABLES = {
+    # A card message's own sidecar (docs/cards.md): one row per card, none per reader.
+    "scope_share_cards",
+    "service_notification_cards",
+    # A human's action on an app card: one row per card revision (the decision).
+    "service_card_actions",
     "scopes",
     "scope_messages",
     "scope_message_search_docs",
@@ -200,7 +206,8 @@ def dense_row_findings(root: Path) -> list[str]:
 
 MESSAGE_WRITERS = {
     "INSERT INTO scope_messages": {"storage/applier.py"},
-    "UPDATE scope_messages": {"storage/mutations.py"},
+    # Edits and deletes; an app card's update replaces its fallback content.
+    "UPDATE scope_messages": {"storage/mutations.py", "storage/cards.py"},
     "DELETE FROM scope_messages": set(),
     "INSERT INTO scope_fanout_outbox": {
         "storage/applier.py",
