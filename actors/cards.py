@@ -88,6 +88,7 @@ class CardCommand:
     actor: Member
     message_id: str
     change: CardChange
+    # Set by the registry before the command is queued (``ActorRegistry.ask``).
     reply: Any = None
 
 
