@@ -91,6 +91,14 @@ async def share_cards(world: World) -> None:
         message_card = await a.request("shareMessage", messageId=said["messageId"], target="#lobby")
         open_card = await a.request("shareChannel", channelId=public, target="#lobby")
         assert channel_card["cardId"] != message_card["cardId"]
+        # A replay of a clientMessageId answers the first card.
+        first = await a.request(
+            "shareChannel", channelId=public, target="#lobby", clientMessageId="share-open"
+        )
+        again = await a.request(
+            "shareChannel", channelId=public, target="#lobby", clientMessageId="share-open"
+        )
+        assert again == first
         # Sharing needs sight of the source: cat cannot share what it cannot see.
         for op, fields in (
             ("shareChannel", {"channelId": secret}),

@@ -93,6 +93,9 @@ async def _share(
     content: str,
     card: dict[str, Any],
 ) -> dict[str, Any]:
+    error = client_message_id_error(client_message_id) if client_message_id else None
+    if error is not None:
+        raise error
     card_id = new_id("shc")
     result = await post_card_message(
         ctx.services,
