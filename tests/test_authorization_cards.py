@@ -20,6 +20,7 @@ import trio
 from actors.model import MemberType
 from storage import directory, services
 from storage.pg import connect
+from tests.matrix_section import ask_every_cell, assert_cells, open_sessions, section_lines
 from tests.nodes import Person, World, running_node
 
 OK, F, NF = "ok", "forbidden", "not_found"
@@ -74,17 +75,7 @@ def _cell(answer: str) -> str:
 
 
 def card_lines() -> list[str]:
-    columns = list(CARD_ACTORS)
-    lines = ["", "## Cards", "", _INTRO, ""]
-    lines += ["| column | who |", "| --- | --- |"]
-    lines += [f"| {heading} | {who} |" for heading, who in CARD_ACTORS.values()]
-    lines += ["", "| row | request |", "| --- | --- |"]
-    lines += [f"| {op} | {request} |" for op, request in CARD_OPS.items()]
-    lines += ["", "| op | " + " | ".join(CARD_ACTORS[c][0] for c in columns) + " |"]
-    lines.append("| --- |" + " :-: |" * len(columns))
-    for op, answers in CARD_MATRIX.items():
-        lines.append(f"| {op} | " + " | ".join(_cell(a) for a in answers) + " |")
-    return lines
+    return section_lines("Cards", _INTRO, CARD_ACTORS, CARD_OPS, CARD_MATRIX, _cell)
 
 
 async def _service(world: World, handle: str) -> Person:
@@ -98,7 +89,6 @@ async def _service(world: World, handle: str) -> Person:
 
 async def test_card_ops(database_url: str, tmp_path: Path) -> None:
     columns = list(CARD_ACTORS)
-    got: dict[tuple[str, str], str] = {}
     fresh = itertools.count(1)
     with trio.fail_after(60):
         async with running_node(database_url, tmp_path) as node, AsyncExitStack() as hold:
@@ -114,11 +104,7 @@ async def test_card_ops(database_url: str, tmp_path: Path) -> None:
                 "outsider": await world.member("outsider"),
                 "foreign": await elsewhere.member("stranger"),
             }
-            clients = {}
-            for name, person in people.items():
-                home = elsewhere if name == "foreign" else world
-                kind = "browser" if person.member.type is MemberType.HUMAN else "daemon"
-                clients[name] = await hold.enter_async_context(home.client(person, kind=kind))
+            clients = await open_sessions(hold, people, world, elsewhere)
             owner = clients["owner"]
             lobby = (await owner.request("createChannel", slug="lobby", name="Lobby"))["scopeId"]
             src = (
@@ -168,28 +154,12 @@ async def test_card_ops(database_url: str, tmp_path: Path) -> None:
                     return {"messageId": mid, "actionId": "approve", "revision": 1}
                 return {"messageId": mid, "revision": 1, "card": _CARD}
 
-            async def run(op: str, actor: str) -> None:
-                try:
-                    n = next(fresh)
-                    reply = await clients[actor].request_frame(
-                        {"type": op, "id": f"k{n}", **fields(op, actor, n)}
-                    )
-                    got[(op, actor)] = OK if reply["type"] == "reply" else str(reply["code"])
-                except Exception as exc:  # one broken cell must not hide the others
-                    got[(op, actor)] = f"crashed: {exc!r}"
+            async def answer(op: str, actor: str) -> str:
+                n = next(fresh)
+                frame = {"type": op, "id": f"k{n}", **fields(op, actor, n)}
+                reply = await clients[actor].request_frame(frame)
+                return OK if reply["type"] == "reply" else str(reply["code"])
 
-            async with trio.open_nursery() as nursery:
-                for op in CARD_MATRIX:
-                    for actor in columns:
-                        nursery.start_soon(run, op, actor)
+            got = await ask_every_cell(CARD_MATRIX, columns, answer)
 
-    expected = {
-        (op, actor): want
-        for op, answers in CARD_MATRIX.items()
-        for actor, want in zip(columns, answers, strict=True)
-    }
-    wrong = {cell: (want, got[cell]) for cell, want in expected.items() if got[cell] != want}
-    assert not wrong, "\n".join(
-        f"  {op} / {actor}: expected {want}, got {have}"
-        for (op, actor), (want, have) in sorted(wrong.items())
-    )
+    assert_cells(CARD_MATRIX, columns, got)

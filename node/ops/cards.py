@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
 from actors.cards import APP_CARD, APP_KEY, SHARE_CARD, SHARE_KEY, CardChange, CardCommand
 from actors.ids import new_id
 from actors.model import Member, MemberType, ScopeType
-from actors.scope_state import SendCommand
+from actors.scope_state import SendCommand, SendReply
 from actors.send_rules import client_message_id_error
 from node.ops.context import Context, member_of
 from node.ops.messages import readable_message_scope
@@ -254,23 +252,18 @@ async def post_card_message(
     scope_id = services.resolver.cached(author, target)
     if scope_id is None:
         scope_id = await services.resolver.resolve(author, target)
-    done = trio.Event()
-    outcome: list[SendResult | OperationError] = []
 
-    def reply(result: SendResult | OperationError) -> None:
-        outcome.append(result)
-        done.set()
+    def command(reply: SendReply) -> SendCommand:
+        return SendCommand(
+            author=author,
+            content=content,
+            client_message_id=client_message_id,
+            reply=reply,
+            message_type=message_type,
+            metadata=metadata,
+        )
 
-    command = SendCommand(
-        author=author,
-        content=content,
-        client_message_id=client_message_id,
-        reply=reply,
-        message_type=message_type,
-        metadata=metadata,
-    )
-    await services.registry.submit(scope_id, command)
-    await done.wait()
-    if isinstance(outcome[0], OperationError):
-        raise outcome[0]
-    return outcome[0]
+    result = await services.registry.send(scope_id, command)
+    if result is None or isinstance(result, OperationError):
+        raise result or OperationError(ErrorCode.UNAVAILABLE, "the scope did not answer")
+    return result
