@@ -118,7 +118,8 @@ function onWelcome(frame) {
         (saved && state.scopes.has(saved) && saved) ||
         [...state.scopes.values()].find((s) => s.type === "channel" && s.slug === "general")?.id ||
         [...state.scopes.values()].find((s) => s.type === "channel")?.id;
-      if (first) openScope(first);
+      const typing = document.activeElement?.matches?.("input, textarea, select");
+      if (first) openScope(first, { focus: !typing });
       else renderTimeline({});
     } else if (!state.lastSeen.has(state.current)) openScope(state.current);
   });

@@ -26,8 +26,10 @@ import { shareButtonFor } from "./cards.js";
 
 // `reveal`: a switch the reader asked for (or the first one) brings the
 // conversation on screen and focus to its composer; a refetch of the open one
-// (after a reconnect) leaves both where they are.
-export async function openScope(scopeId, { reveal = scopeId !== state.current } = {}) {
+// (after a reconnect) leaves both where they are. `focus`: the composer takes
+// focus (the first open after sign-in leaves it in a field the reader is
+// already typing in, e.g. the search box).
+export async function openScope(scopeId, { reveal = scopeId !== state.current, focus = reveal } = {}) {
   const pane = state.pane;
   state.current = scopeId;
   localStorage.setItem(STORAGE_SCOPE, scopeId);
@@ -47,7 +49,7 @@ export async function openScope(scopeId, { reveal = scopeId !== state.current } 
   renderTimeline({ stick: true });
   renderTyping();
   showPane(reveal ? "conversation" : pane);
-  if (reveal) focusComposer();
+  if (focus) focusComposer();
   await loadHistory(scopeId, null);
 }
 
