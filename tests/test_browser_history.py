@@ -136,8 +136,7 @@ def one_article(page: Page) -> None:
 async def test_history_scrolls_marks_unread_and_folds_long_sends(
     database_url: str, tmp_path: Path
 ) -> None:
-    # Bounded, with room for a busy machine: each older page re-renders the
-    # whole timeline, about half a second at a thousand messages here.
+    # Bounded, with room for a busy machine (alone it takes about 17 s).
     with trio.fail_after(150):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
             workspace = await new_workspace(node, "acme")

@@ -126,6 +126,9 @@ export function noteError(text) {
   $("composer-note").className = "note error";
 }
 
+// The message nodes of the last drawing, by message.
+let drawn = { scopeId: null, nodes: new Map() };
+
 export function renderTimeline({ stick = false, keepOffset = false } = {}) {
   const box = $("timeline");
   const list = $("messages");
@@ -133,9 +136,9 @@ export function renderTimeline({ stick = false, keepOffset = false } = {}) {
   const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
   const fromBottom = box.scrollHeight - box.scrollTop;
   const restoreFocus = keepEditorFocus();
-  list.replaceChildren();
   renderPending();
   if (!view) {
+    list.replaceChildren();
     show($("load-older"), false);
     show($("jump-latest"), false);
     setText($("timeline-empty"), state.me ? "Pick a conversation on the left to start reading." : "");
@@ -144,13 +147,26 @@ export function renderTimeline({ stick = false, keepOffset = false } = {}) {
   }
   const messages = history.wholeSends([...view.messages.values()].sort((a, b) => a.seq - b.seq));
   const firstUnread = history.firstUnreadSeq(view, messages);
+  // An older page only adds messages above: the ones on screen keep their
+  // nodes (drawing a thousand again for each page froze the reader for a
+  // second). Any other drawing builds every node anew.
+  const reuse = keepOffset && drawn.scopeId === view.scopeId;
+  const kept = reuse ? drawn : { nodes: new Map(), line: null };
+  drawn = { scopeId: view.scopeId, nodes: new Map(), line: null };
+  const wanted = [];
   let previous = null;
   for (const message of messages) {
     const unread = message.seq === firstUnread;
-    if (unread) list.append(history.newMessagesLine());
-    list.append(messageNode(message, { grouped: !unread && !startsGroup(message, previous) }));
+    if (unread) wanted.push((drawn.line = kept.line || history.newMessagesLine()));
+    const grouped = !unread && !startsGroup(message, previous);
+    let shown = kept.nodes.get(message);
+    if (shown?.grouped !== grouped) shown = { grouped, node: messageNode(message, { grouped }) };
+    drawn.nodes.set(message, shown);
+    wanted.push(shown.node);
     previous = message;
   }
+  if (reuse) place(list, wanted);
+  else list.replaceChildren(...wanted);
   show($("load-older"), view.hasMore && !view.loading);
   const empty = $("timeline-empty");
   if (view.error) setText(empty, view.error);
@@ -162,6 +178,24 @@ export function renderTimeline({ stick = false, keepOffset = false } = {}) {
   rove(list);
   restoreFocus();
   history.updateJump();
+}
+
+// Puts ``wanted`` in ``list`` in order, leaving in place the nodes already there
+// (those not wanted go): an older page costs its own nodes, not the whole list's.
+function place(list, wanted) {
+  const keep = new Set(wanted);
+  let cursor = list.firstChild;
+  const drop = () => {
+    const next = cursor.nextSibling;
+    cursor.remove();
+    cursor = next;
+  };
+  for (const node of wanted) {
+    while (cursor && !keep.has(cursor)) drop();
+    if (node === cursor) cursor = cursor.nextSibling;
+    else list.insertBefore(node, cursor);
+  }
+  while (cursor) drop();
 }
 
 export function keepEditorFocus() {
