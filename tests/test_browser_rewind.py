@@ -33,7 +33,7 @@ from tests.test_browser import pytestmark as pytestmark  # the browser mark, Chr
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
-LIVE_MS = 2000
+LIVE_MS = 10_000  # a bound on a hang: the suite's browsers share the machine
 LATER = ("second idea", "third idea", "fourth idea")
 
 
