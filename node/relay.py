@@ -462,6 +462,8 @@ class ClusterRelay:
             await self.delivery.messages(data["s"], int(data["f"]), int(data["t"]), force=False)
         elif kind == "flush":
             await self.delivery.messages(job[1], 0, 0, force=True)
+        elif kind == "anchor":
+            await self.delivery.anchor(job[1], int(job[2]))
         elif kind == "catchup":
             await self.delivery.catch_up(job[1])
         elif kind == "mem":

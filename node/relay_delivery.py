@@ -46,6 +46,9 @@ from storage.sources import pending
 log = structlog.get_logger(__name__)
 
 GAP_WAIT = 1.0
+# How long another node's notification of a commit may take to arrive here
+# (the relay's catch-up margin): seqs this recent are pushed at a first anchor.
+IN_FLIGHT_S = 10.0
 RANGE_LIMIT = 1_000  # longer holes are an invalidate, not a push
 CURSORS_KEPT = 20_000
 READERS_KEPT = 10_000  # scopes whose readers among local members are remembered
@@ -133,6 +136,8 @@ class Delivery:
         # A scope never changes workspace: learnt from its first relayed read.
         self._workspace_of: dict[str, str] = {}
         self._held: dict[str, int] = {}
+        # Held seqs this node committed: its hub already woke their daemons.
+        self._held_local: dict[str, set[int]] = {}
         self._fetching: set[str] = set()
         self.events_relayed = 0
         self.catchups = 0
@@ -146,15 +151,17 @@ class Delivery:
             # cursor per scope would only hold memory.
             return True
         cursor = self._cursor(scope_id, None)
-        if cursor.frontier is None and cursor.above:
-            # Seqs below this node's first local commit were there before it
-            # (history); a seq after it that this node did not hand out was
-            # committed by another node, and ours must wait for it.
-            cursor.start_at(min(cursor.above) - 1)
+        if cursor.frontier is None:
+            # Nothing says what this node's sessions were handed below this
+            # commit: another node's seqs just before it may still be on their
+            # way here. Held until the database says where to start (anchor).
+            self._hold_local(scope_id, seqs)
+            self._enqueue(("anchor", scope_id, min(seqs)))
+            return False
         if scope_id in self._fetching or cursor.missing(min(seqs) - 1):
             # Another node's earlier seqs are not delivered here yet (two nodes
             # wrote the scope): deliver ours after them, read back in order.
-            self._hold(scope_id, max(seqs))
+            self._hold_local(scope_id, seqs)
             self._enqueue(("flush", scope_id))
             return False
         cursor.add(seqs)
@@ -162,6 +169,21 @@ class Delivery:
 
     def _hold(self, scope_id: str, upto: int) -> None:
         self._held[scope_id] = max(upto, self._held.get(scope_id, 0))
+
+    def _hold_local(self, scope_id: str, seqs: Sequence[int]) -> None:
+        self._held_local.setdefault(scope_id, set()).update(seqs)
+        self._hold(scope_id, max(seqs))
+
+    def _pushed(self, scope_id: str, seqs: Collection[int]) -> set[int]:
+        """Of ``seqs``, those this node committed (their wakes went out already)."""
+        local = self._held_local.get(scope_id)
+        if not local:
+            return set()
+        mine = local & set(seqs)
+        local -= mine
+        if not local:
+            del self._held_local[scope_id]
+        return mine
 
     def _cursor(self, scope_id: str, frontier: int | None) -> _Cursor:
         cursor = self._cursors.get(scope_id)
@@ -195,6 +217,21 @@ class Delivery:
         finally:
             self._fetching.discard(scope_id)
 
+    async def anchor(self, scope_id: str, first_local: int) -> None:
+        """Start a scope's cursor below this node's first commit to it, or below
+        the first seq recent enough that another node's notification of it may
+        still be on its way; then push what is held, in order."""
+        cursor = self._cursor(scope_id, None)
+        if cursor.frontier is None:
+            recent = None
+            if self._hub.member_ids(self._workspace_of.get(scope_id)):
+                async with self._reading() as conn:
+                    recent = await relay_sql.first_recent_seq(
+                        conn, scope_id, first_local, window=RANGE_LIMIT, margin_s=IN_FLIGHT_S
+                    )
+            cursor.start_at(min(recent or first_local, first_local) - 1)
+        await self.messages(scope_id, 0, 0, force=True)
+
     async def _flush_later(self, scope_id: str) -> None:
         await trio.sleep(GAP_WAIT)
         if scope_id in self._held:
@@ -202,6 +239,7 @@ class Delivery:
 
     async def _push_range(self, scope_id: str, cursor: _Cursor, seqs: list[int]) -> None:
         candidates = self._hub.member_ids(self._workspace_of.get(scope_id))
+        mine = self._pushed(scope_id, range(seqs[0], seqs[-1] + 1))
         if seqs[-1] - seqs[0] >= RANGE_LIMIT:
             cursor.add(range(seqs[0], seqs[-1] + 1))
             if candidates:
@@ -239,7 +277,8 @@ class Delivery:
             self._hub.observe_delivery(
                 r.message.created_at for r in rows if r.message.seq in wanted
             )
-        await self._wake_daemons(scope_id, [row for row in rows if row.message.seq in wanted])
+        woken_here = wanted - mine
+        await self._wake_daemons(scope_id, [r for r in rows if r.message.seq in woken_here])
 
     async def _read(
         self, conn: TrioConnection, scope_id: str, first: int, last: int, candidates: list[str]

@@ -241,6 +241,25 @@ async def current_readers(
     return {row[0] for row in rows}
 
 
+FIRST_RECENT = """
+SELECT min(seq) FROM scope_messages
+WHERE scope_id = %(scope_id)s AND seq < %(below)s AND seq >= %(below)s - %(window)s
+  AND created_at >= now() - %(margin)s * interval '1 second'
+"""
+
+
+async def first_recent_seq(
+    conn: TrioConnection, scope_id: str, below: int, *, window: int, margin_s: float
+) -> int | None:
+    """The lowest seq under ``below`` (at most ``window`` back) written in the
+    last ``margin_s`` seconds: one whose notification may still be on its way."""
+    params = {"scope_id": scope_id, "below": below, "window": window, "margin": margin_s}
+    with map_errors():
+        cur = await conn.execute(FIRST_RECENT, params)
+        row = await cur.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 async def active_since(conn: TrioConnection, cutoff: datetime) -> list[ScopeActivity]:
     with map_errors():
         cur = await conn.execute(ACTIVE_SINCE, {"cutoff": cutoff})
