@@ -371,8 +371,9 @@ class Hub:
                 session.deliver_events(scope_id, events)
                 self.events_published += len(events)
             self.observe_delivery(plan.intent.created_at for plan, _ in sends)
-        for session, wake_id, wake in wakes:
-            session.push_wake(wake_id, wake)
+            # A held message's wakes follow it: the relay pushes both, in order.
+            for session, wake_id, wake in wakes:
+                session.push_wake(wake_id, wake)
         self._on_delivered(delivered)
 
     def observe_delivery(self, created: Iterable[datetime]) -> None:

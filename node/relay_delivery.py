@@ -136,8 +136,6 @@ class Delivery:
         # A scope never changes workspace: learnt from its first relayed read.
         self._workspace_of: dict[str, str] = {}
         self._held: dict[str, int] = {}
-        # Held seqs this node committed: its hub already woke their daemons.
-        self._held_local: dict[str, set[int]] = {}
         self._fetching: set[str] = set()
         self.events_relayed = 0
         self.catchups = 0
@@ -155,13 +153,13 @@ class Delivery:
             # Nothing says what this node's sessions were handed below this
             # commit: another node's seqs just before it may still be on their
             # way here. Held until the database says where to start (anchor).
-            self._hold_local(scope_id, seqs)
+            self._hold(scope_id, max(seqs))
             self._enqueue(("anchor", scope_id, min(seqs)))
             return False
         if scope_id in self._fetching or cursor.missing(min(seqs) - 1):
             # Another node's earlier seqs are not delivered here yet (two nodes
             # wrote the scope): deliver ours after them, read back in order.
-            self._hold_local(scope_id, seqs)
+            self._hold(scope_id, max(seqs))
             self._enqueue(("flush", scope_id))
             return False
         cursor.add(seqs)
@@ -169,21 +167,6 @@ class Delivery:
 
     def _hold(self, scope_id: str, upto: int) -> None:
         self._held[scope_id] = max(upto, self._held.get(scope_id, 0))
-
-    def _hold_local(self, scope_id: str, seqs: Sequence[int]) -> None:
-        self._held_local.setdefault(scope_id, set()).update(seqs)
-        self._hold(scope_id, max(seqs))
-
-    def _pushed(self, scope_id: str, seqs: Collection[int]) -> set[int]:
-        """Of ``seqs``, those this node committed (their wakes went out already)."""
-        local = self._held_local.get(scope_id)
-        if not local:
-            return set()
-        mine = local & set(seqs)
-        local -= mine
-        if not local:
-            del self._held_local[scope_id]
-        return mine
 
     def _cursor(self, scope_id: str, frontier: int | None) -> _Cursor:
         cursor = self._cursors.get(scope_id)
@@ -239,7 +222,6 @@ class Delivery:
 
     async def _push_range(self, scope_id: str, cursor: _Cursor, seqs: list[int]) -> None:
         candidates = self._hub.member_ids(self._workspace_of.get(scope_id))
-        mine = self._pushed(scope_id, range(seqs[0], seqs[-1] + 1))
         if seqs[-1] - seqs[0] >= RANGE_LIMIT:
             cursor.add(range(seqs[0], seqs[-1] + 1))
             if candidates:
@@ -277,8 +259,7 @@ class Delivery:
             self._hub.observe_delivery(
                 r.message.created_at for r in rows if r.message.seq in wanted
             )
-        woken_here = wanted - mine
-        await self._wake_daemons(scope_id, [r for r in rows if r.message.seq in woken_here])
+        await self._wake_daemons(scope_id, [row for row in rows if row.message.seq in wanted])
 
     async def _read(
         self, conn: TrioConnection, scope_id: str, first: int, last: int, candidates: list[str]
@@ -324,8 +305,9 @@ class Delivery:
         known.readers.update(c for c in public if c in row.readers)
 
     async def _wake_daemons(self, scope_id: str, rows: Sequence[Any]) -> None:
-        """``deliver`` to this node's daemons the wakes another node wrote for
-        these messages (that node pushed them only to the daemons it holds)."""
+        """``deliver`` to this node's daemons the wakes of these messages (another
+        node's, which it pushed only to the daemons it holds, or this node's own
+        held behind them)."""
         readers = {reader for row in rows for reader in row.readers}
         daemons = {}
         for reader in readers:
