@@ -15,10 +15,10 @@ from typing import Any
 from actors.cards import APP_CARD, APP_KEY, SHARE_CARD, SHARE_KEY, CardChange, CardCommand
 from actors.ids import new_id
 from actors.model import Member, MemberType, ScopeType
-from actors.scope_state import SendCommand, SendReply
 from actors.send_rules import client_message_id_error
 from node.ops.context import Context, member_of
 from node.ops.messages import readable_message_scope
+from node.ops.services import post_as
 from node.services import Services
 from protocol.cards import (
     CardAction,
@@ -95,7 +95,7 @@ async def _share(
     if error is not None:
         raise error
     card_id = new_id("shc")
-    result = await post_card_message(
+    _, result = await post_as(
         ctx.services,
         member,
         target=target,
@@ -138,7 +138,7 @@ async def post_card(ctx: Context, request: PostCard) -> dict[str, Any]:
         raise error
     render, actions = _render(request.card)
     expires = request.expires_at.isoformat() if request.expires_at is not None else None
-    result = await post_card_message(
+    _, result = await post_as(
         ctx.services,
         member,
         target=request.target,
@@ -235,35 +235,3 @@ def _tell_service(services: Services, service_id: str, event: CardActionEvent) -
 def _posted(result: SendResult) -> tuple[str, int]:
     assert result.message_id is not None
     return result.message_id, result.accepted_seq or result.latest_seq
-
-
-async def post_card_message(
-    services: Services,
-    author: Member,
-    *,
-    target: str,
-    content: str,
-    client_message_id: str,
-    message_type: str,
-    metadata: dict[str, Any],
-) -> SendResult:
-    """Send a card message as ``author`` and wait for the actor's answer (a
-    refusal raises)."""
-    scope_id = services.resolver.cached(author, target)
-    if scope_id is None:
-        scope_id = await services.resolver.resolve(author, target)
-
-    def command(reply: SendReply) -> SendCommand:
-        return SendCommand(
-            author=author,
-            content=content,
-            client_message_id=client_message_id,
-            reply=reply,
-            message_type=message_type,
-            metadata=metadata,
-        )
-
-    result = await services.registry.send(scope_id, command)
-    if result is None or isinstance(result, OperationError):
-        raise result or OperationError(ErrorCode.UNAVAILABLE, "the scope did not answer")
-    return result

@@ -75,16 +75,41 @@ async def post_as_service(
     check_send_fields(
         service, message_type="text", client_message_id=client_message_id, attachment_ids=()
     )
-    scope_id = services.resolver.cached(service, target)
+    return await post_as(
+        services,
+        service,
+        target=target,
+        content=content,
+        client_message_id=client_message_id,
+        metadata=metadata,
+        explain=explain,
+    )
+
+
+async def post_as(
+    services: Services,
+    author: Member,
+    *,
+    target: str,
+    content: str,
+    client_message_id: str,
+    metadata: dict[str, Any],
+    message_type: str = "text",
+    explain: bool = False,
+) -> tuple[str, SendResult]:
+    """A message the node writes for ``author`` (checked by the caller), through
+    the scope's actor; the scope it went to, and the answer (a refusal raises)."""
+    scope_id = services.resolver.cached(author, target)
     if scope_id is None:
-        scope_id = await services.resolver.resolve(service, target)
+        scope_id = await services.resolver.resolve(author, target)
 
     def command(reply: SendReply) -> SendCommand:
         return SendCommand(
-            author=service,
+            author=author,
             content=content,
             client_message_id=client_message_id,
             reply=reply,
+            message_type=message_type,
             explain=explain,
             metadata=metadata,
         )
