@@ -27,7 +27,7 @@ from node.limits import RAISED_LIMITS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 LEAK_BYTES = 20 * 1024  # tests/leaky_node.py (not imported: importing it patches the node)
-LEAK_RUN_S = 90  # long enough for the slope to stand out of the node's own growth
+LEAK_RUN_S = 60  # long enough for the slope to stand out of the node's own growth
 
 
 def series(values: list[float], every_s: float = 30.0, key: str = "rss_mib") -> list[sa.Sample]:

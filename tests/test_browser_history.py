@@ -34,7 +34,7 @@ from tests.test_browser import pytestmark as pytestmark  # the browser mark, Chr
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
-ARCHIVE = 1000
+ARCHIVE = 400  # the first page and four older ones (node/web/store.js: PAGE, OLDER_PAGE)
 READ = 20
 UNREAD = 30
 BACKLOG = 80  # more unread than the first page holds
@@ -45,7 +45,7 @@ SEQS = "as => as.map(a => Number(a.dataset.seq))"
 
 async def seed(client: Any, target: str, texts: list[str], at_once: int = 16) -> None:
     # Sends on one connection are answered out of order; a few in flight
-    # keep the thousand-message setup to a couple of seconds.
+    # keep the archive's setup to a second or two.
     limit = trio.Semaphore(at_once)
 
     async def one(text: str) -> None:
@@ -136,7 +136,7 @@ def one_article(page: Page) -> None:
 async def test_history_scrolls_marks_unread_and_folds_long_sends(
     database_url: str, tmp_path: Path
 ) -> None:
-    # Bounded, with room for a busy machine (alone it takes about 17 s).
+    # Bounded, with room for a busy machine (alone it takes about 12 s).
     with trio.fail_after(150):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
             workspace = await new_workspace(node, "acme")
