@@ -8,9 +8,10 @@ process, and for four query classes (rare words, common words, phrases, CJK
 substrings) times ``search`` through the node next to the same index query
 without the readable predicate (``storage.search_sql.build_query(raw=True)``)
 and that query kept to the viewer's scopes (``within``: what any visibility
-rule must at least filter), interleaved in the same run. Then it times sends through the node with the
-text indexes and without them, alternating (recreated before it exits).
-Prints one JSON report; docs/performance.md#search records runs.
+rule must at least filter): each query by all three, in rounds whose order
+rotates (``QUERY_ROUNDS``), the ratios reported as the rounds' medians and
+spreads. Then it times sends through the node with the text indexes and
+without them, alternating (recreated before it exits). Prints one JSON report; docs/performance.md#search records runs.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from actors.model import MemberType
 from actors.search_query import ParsedQuery, parse, stem_words, with_stems
 from bench.client import open_session
 from bench.dbbaseline import checkpoint
+from bench.stats import ratio_spread, rotated
 from node import logs
 from node.app import serve_node
 from node.config import Settings, with_raised_limits
@@ -47,6 +49,8 @@ from storage.pg import TrioConnection, connect
 from storage.search_terms import DEFAULT_LANGUAGE
 
 BULK_TABLES = ("scope_messages", "scope_message_search_docs")
+# Rounds of every query class; the three phases take every place in turn.
+QUERY_ROUNDS = 5
 COPY_CHUNK = 50_000
 COPY_MESSAGES = (
     "COPY scope_messages (id, workspace_id, scope_id, seq, workspace_global_seq,"
@@ -282,34 +286,69 @@ async def _queries(
     # statements allow.
     await conn.execute("SET plan_cache_mode = force_custom_plan")
     for name, queries in corpus["classes"].items():
-        node_t: list[float] = []
-        raw_t: list[float] = []
-        scoped_t: list[float] = []
-        for q in queries:
+        out[name] = await _time_class(conn, client, filters, corpus, queries)
+    return out
+
+
+async def _time_class(
+    conn: TrioConnection,
+    client: Any,
+    filters: search_sql.Filters,
+    corpus: dict[str, Any],
+    queries: list[str],
+) -> dict[str, Any]:
+    """One class's queries in rounds: each query is timed by all three phases
+    in the round's order, which rotates, so a machine that drifts during the
+    run favours no phase; the ratios are the rounds' medians and spreads."""
+
+    async def raw(parsed: ParsedQuery, q: str) -> float:
+        return await _raw_query(conn, parsed, filters, None)
+
+    async def kept(parsed: ParsedQuery, q: str) -> float:
+        # The floor under any visibility rule: the same query kept to the
+        # viewer's scopes, without rights, node or WebSocket.
+        return await _raw_query(conn, parsed, filters, corpus["viewer_scope_ids"])
+
+    async def node(parsed: ParsedQuery, q: str) -> float:
+        t = time.perf_counter()
+        await client.request("search", query=q, limit=20)
+        return time.perf_counter() - t
+
+    phases = {"raw": raw, "kept": kept, "node": node}
+    times: dict[str, list[float]] = {phase: [] for phase in phases}
+    rounds: list[dict[str, Any]] = []
+    count = min(QUERY_ROUNDS, len(queries))
+    for r in range(count):
+        order = rotated(list(phases), r)
+        got: dict[str, list[float]] = {phase: [] for phase in phases}
+        for q in queries[r::count]:
             # The node's words with their stems, as the node searches them.
             parsed = parse(q)
             stems = await search_terms.stems(conn, DEFAULT_LANGUAGE, stem_words(parsed))
             parsed = with_stems(parsed, stems)
-            raw_t.append(await _raw_query(conn, parsed, filters, None))
-            # The floor under any visibility rule: the same query kept to the
-            # viewer's scopes, without rights, node or WebSocket.
-            scoped_t.append(await _raw_query(conn, parsed, filters, corpus["viewer_scope_ids"]))
-            t = time.perf_counter()
-            await client.request("search", query=q, limit=20)
-            node_t.append(time.perf_counter() - t)
-        out[name] = {
-            "queries": len(queries),
-            "node_p50_ms": _pct(node_t, 0.5),
-            "node_p99_ms": _pct(node_t, 0.99),
-            "raw_p50_ms": _pct(raw_t, 0.5),
-            "raw_p99_ms": _pct(raw_t, 0.99),
-            "p50_ratio": round(statistics.median(node_t) / statistics.median(raw_t), 2),
-            "raw_in_viewer_scopes_p50_ms": _pct(scoped_t, 0.5),
-            "raw_in_viewer_scopes_p50_ratio": round(
-                statistics.median(scoped_t) / statistics.median(raw_t), 2
-            ),
-        }
-    return out
+            for phase in order:
+                got[phase].append(await phases[phase](parsed, q))
+        for phase, values in got.items():
+            times[phase] += values
+        p50s = {f"{phase}_p50_ms": _pct(values, 0.5) for phase, values in got.items()}
+        rounds.append({"round": r + 1, "order": order, **p50s})
+    node_t, raw_t, scoped_t = times["node"], times["raw"], times["kept"]
+    return {
+        "queries": len(queries),
+        "node_p50_ms": _pct(node_t, 0.5),
+        "node_p99_ms": _pct(node_t, 0.99),
+        "raw_p50_ms": _pct(raw_t, 0.5),
+        "raw_p99_ms": _pct(raw_t, 0.99),
+        "p50_ratio": round(statistics.median(node_t) / statistics.median(raw_t), 2),
+        "raw_in_viewer_scopes_p50_ms": _pct(scoped_t, 0.5),
+        "raw_in_viewer_scopes_p50_ratio": round(
+            statistics.median(scoped_t) / statistics.median(raw_t), 2
+        ),
+        "rounds": rounds,
+        "rounds_node_over_raw_p50": ratio_spread(rounds, "node_p50_ms", "raw_p50_ms"),
+        "rounds_node_over_kept_p50": ratio_spread(rounds, "node_p50_ms", "kept_p50_ms"),
+        "rounds_kept_over_raw_p50": ratio_spread(rounds, "kept_p50_ms", "raw_p50_ms"),
+    }
 
 
 async def _raw_query(

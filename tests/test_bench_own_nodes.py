@@ -82,5 +82,10 @@ def test_search_bench_runs_every_class_and_both_send_phases(tmp_path: Path) -> N
     assert set(report["search"]) == {"rare", "common", "phrase", "cjk"}
     assert all(c["queries"] == 3 and c["node_p50_ms"] > 0 for c in report["search"].values())
     assert all(c["raw_in_viewer_scopes_p50_ms"] > 0 for c in report["search"].values())
+    for timed in report["search"].values():
+        # Three queries: three rounds of one, each phase first once.
+        assert [r["order"][0] for r in timed["rounds"]] == ["raw", "kept", "node"]
+        spread = timed["rounds_node_over_kept_p50"]
+        assert spread["min"] <= spread["median"] <= spread["max"]
     assert len(report["sends_per_s"]["with_index"]) == search.SEND_ROUNDS
     assert len(report["sends_per_s"]["without_index"]) == search.SEND_ROUNDS
