@@ -212,7 +212,8 @@ class Delivery:
                     recent = await relay_sql.first_recent_seq(
                         conn, scope_id, first_local, window=RANGE_LIMIT, margin_s=IN_FLIGHT_S
                     )
-            cursor.start_at(min(recent or first_local, first_local) - 1)
+            # The recent seq, when there is one, is below this node's first.
+            cursor.start_at((recent or first_local) - 1)
         await self.messages(scope_id, 0, 0, force=True)
 
     async def _flush_later(self, scope_id: str) -> None:
