@@ -19,6 +19,7 @@ import trio
 
 from bench import curve as curve_mod
 from bench import report as report_mod
+from bench import rounds as rounds_mod
 from bench.baseline import BaselinePlan, open_database, run_baseline
 from bench.dbbaseline import DbPlan
 from bench.fanout_baseline import FanoutPlan
@@ -82,6 +83,8 @@ SESSIONS = {"reconnect-storm": (200, 5), "idle": (1000, 10), "cluster": (100, 6)
 # The cluster workload's own sizes: senders of its throughput phase, seconds
 # of each mode (through HAProxy, direct), NOTIFY round trips per size.
 CLUSTER = {"senders": (16, 2), "duration": (6.0, 1.0), "notify_samples": (300, 20)}
+# Rounds of a workload against its baselines (bench/rounds.py).
+ROUNDS = (5, 2)
 # Reaction readers are full sessions in this process, not raw reader sockets.
 READERS = {"reactions": (16, 3)}
 
@@ -147,9 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--rounds",
         type=int,
-        default=1,
-        help="throughput --curve: raw/node pairs per point, the node first every other "
-        "pair; the point reports the medians",
+        help="send-latency, throughput, fanout: rounds of the baselines and the node, the "
+        "order rotated each round, the ratios their medians (5; --quick 2); throughput "
+        "--curve: rounds per point (1)",
     )
     w.add_argument("--readers", type=int, help="fanout/baseline/reactions: reader sessions N")
     w.add_argument("--reactors", type=int, help="reactions: members reacting at once")
@@ -201,6 +204,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         args.sessions = SESSIONS.get(args.workload, (100, 5))[pick]
     if args.readers is None:
         args.readers = READERS.get(args.workload, (1000, 5))[pick]
+    if args.rounds is None:
+        args.rounds = 1 if args.curve else ROUNDS[pick]
     if args.workload == "baseline" and args.db_concurrency == DEFAULTS["db_concurrency"][pick]:
         args.db_concurrency = f"{args.db_concurrency},{args.senders}"
     return args
@@ -380,11 +385,6 @@ async def run(args: argparse.Namespace, progress: Progress) -> tuple[dict[str, A
         database_url=args.database_url,
         node_pid=args.node_pid,
     ) as node:
-        # Baselines run while the node idles, against its own database server.
-        baseline = {}
-        if plan is not None:
-            plan = dataclasses.replace(plan, data_dir=node.data_dir)
-            baseline = await run_baseline(plan, progress)
         env = Env(
             node=node,
             provisioner=make_provisioner(node.data_dir, args.database_url),
@@ -394,15 +394,59 @@ async def run(args: argparse.Namespace, progress: Progress) -> tuple[dict[str, A
             timeout_s=args.timeout,
             members_cap=args.members,
         )
-        result = await run_workload(env, args)
+        if plan is None or args.workload not in rounds_mod.FIGURES:
+            # Baselines, if any, run while the node idles, against its own database server.
+            baseline = (
+                await run_baseline(dataclasses.replace(plan, data_dir=node.data_dir), progress)
+                if plan is not None
+                else {}
+            )
+            result = await run_workload(env, args)
+        else:
+            plan = dataclasses.replace(plan, data_dir=node.data_dir)
+            result, baseline = await _run_rounds(env, args, plan, progress, report)
     report["node_started_by_bench"] = node.started_here
     report["results"] = result.results
     report["baseline"] = baseline
-    report["ratios"] = ratios(args.workload, result.results, baseline)
+    report.setdefault("ratios", ratios(args.workload, result.results, baseline))
     report["generator_cpu_s"] = result.cpu.generator_cpu_s
     report["node_cpu_s"] = result.cpu.node_cpu_s
     report["machine_cpu"] = result.cpu.machine
     return report, result.latencies
+
+
+async def _run_rounds(
+    env: Env,
+    args: argparse.Namespace,
+    plan: BaselinePlan,
+    progress: Progress,
+    report: dict[str, Any],
+) -> tuple[WorkloadResult, dict[str, Any]]:
+    """``args.rounds`` rounds of the baselines and the workload, the order
+    rotated each round; the report gets every round and their medians, and
+    ``results``/``baseline`` stay the last round's whole figures."""
+    rounds: list[dict[str, Any]] = []
+    result: WorkloadResult | None = None
+    baseline: dict[str, Any] = {}
+    for r in range(max(1, args.rounds)):
+        order = rounds_mod.order_of(r)
+        for phase in order:
+            if phase == "baseline":
+                baseline = await run_baseline(plan, progress)
+            else:
+                result = await run_workload(env, args)
+        assert result is not None
+        found = ratios(args.workload, result.results, baseline)
+        measured = result.results | {"node_cpu_s": result.cpu.node_cpu_s}
+        rounds.append(
+            rounds_mod.round_entry(args.workload, order, measured, baseline, found, args.senders)
+        )
+    assert result is not None
+    report["rounds"] = rounds
+    report |= rounds_mod.combine(
+        args.workload, rounds, ratios(args.workload, result.results, baseline)
+    )
+    return result, baseline
 
 
 async def run_curve(

@@ -92,6 +92,10 @@ def test_send_latency_sends_every_message_with_freshness(node: NodeInfo, tmp_pat
     assert results["latency"]["count"] == 20
     assert report["baseline"]["raw_tx"]["sequential"]["count"] > 0
     assert report["ratios"]["send_p50_over_raw_tx_p50"] is not None
+    # --quick: two rounds, the baselines first in one and the node in the other.
+    assert [r["order"][0] for r in report["rounds"]] == ["baseline", "node"]
+    assert report["ratios"]["rounds_send_p50_over_raw_tx_p50"]["min"] is not None
+    assert report["figures"]["node_p50_ms"]["max"] >= report["figures"]["node_p50_ms"]["min"]
 
 
 def test_throughput_sends_without_errors(node: NodeInfo, tmp_path: Path) -> None:
@@ -101,6 +105,9 @@ def test_throughput_sends_without_errors(node: NodeInfo, tmp_path: Path) -> None
     assert results["errors"] == {}
     assert results["states"] == {"sent": results["sends"]}
     assert report["ratios"]["sends_per_s_over_raw_tx_per_s"] is not None
+    assert [r["order"][0] for r in report["rounds"]] == ["baseline", "node"]
+    assert all(r["figures"]["raw_tx_per_s"] for r in report["rounds"])
+    assert report["ratios"]["verdict"] in ("met", "not met", "inside the noise")
 
 
 def test_throughput_with_a_pace_pauses_between_sends(node: NodeInfo, tmp_path: Path) -> None:
@@ -119,6 +126,9 @@ def test_fanout_delivers_every_message_to_every_reader(node: NodeInfo, tmp_path:
     assert results["complete"], results
     assert results["deliveries"] == results["expected_deliveries"] == 5 * 10
     assert report["baseline"]["ws_fanout"]["complete"]
+    assert [r["order"][0] for r in report["rounds"]] == ["baseline", "node"]
+    assert all(r["figures"]["wsproto_deliveries_per_s"] for r in report["rounds"])
+    assert report["ratios"]["rounds_deliveries_over_wsproto_baseline"]["median"] is not None
 
 
 def test_contention_keeps_seqs_gap_free_and_unique(node: NodeInfo, tmp_path: Path) -> None:
