@@ -86,6 +86,9 @@ def round_entry(
 
 
 def is_ratio(key: str, value: Any) -> bool:
+    """A measured ratio (``target_…`` and ``stretch_…`` are the targets it is read against)."""
+    if key.startswith(("target_", "stretch_")):
+        return False
     return "_over_" in key and (value is None or isinstance(value, int | float))
 
 

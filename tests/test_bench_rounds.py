@@ -39,6 +39,9 @@ def test_a_ratio_is_the_median_of_the_rounds_ratios_with_its_spread() -> None:
     assert out["ratios"]["verdict"] == "inside the noise"
     assert out["figures"]["node_p50_ms"] == {"median": 1.8, "min": 1.5, "max": 3.0}
     assert out["figures"]["raw_p50_ms"]["median"] == 1.0
+    # Targets are carried as they are, not taken for ratios of the rounds.
+    assert out["ratios"]["target_max"] == 2.0
+    assert "rounds_target_max" not in out["ratios"]
 
 
 def test_a_verdict_reads_the_whole_spread_against_the_target() -> None:
@@ -49,3 +52,18 @@ def test_a_verdict_reads_the_whole_spread_against_the_target() -> None:
     assert verdict(s, low=None, high=1.3) == "met"
     assert verdict(s, low=None, high=1.0) == "not met"
     assert verdict(s, low=None, high=None) is None
+
+
+def test_a_fanout_target_named_like_a_ratio_stays_a_target() -> None:
+    results = {"deliveries_per_s": 300.0}
+    baseline = {
+        "ws_fanout": {"deliveries_per_s": 400.0},
+        "node_ws_fanout": {"deliveries_per_s": 100.0},
+    }
+    found = ratios("fanout", results, baseline)
+    rounds = [round_entry("fanout", order_of(0), results, baseline, found, 1)]
+    out = combine("fanout", rounds, found)
+    assert out["ratios"]["deliveries_over_node_ws"] == 3.0
+    assert out["ratios"]["target_min_over_node_ws"] == 2.0
+    assert "rounds_target_min_over_node_ws" not in out["ratios"]
+    assert out["ratios"]["verdict"] == "met"
