@@ -380,7 +380,7 @@ async def _send_lane(client: Any, target: str, lane: int, count: int) -> None:
         )
 
 
-SEND_ROUNDS = 3
+SEND_ROUNDS = 5
 SEND_WARMUP = 400
 
 
@@ -388,8 +388,9 @@ async def _send_rounds(
     conn: TrioConnection, dsn: str, client: Any, target: str, n: int
 ) -> dict[str, Any]:
     """Sends with the text indexes and without them for SEND_ROUNDS rounds
-    after an untimed warm-up, the order flipped each round (with, without,
-    without, with, with, without): consecutive phases on shared cores differ
+    after an untimed warm-up, the order flipped each round (with, without;
+    without, with; with, without; …), the ratio the median of the rounds'
+    own with their spread: consecutive phases on shared cores differ
     by about as much as the indexes do, and the phase right after the indexes
     are built again would always be a "with" one otherwise. Every phase
     starts right after a checkpoint: building the three indexes again writes
@@ -416,10 +417,13 @@ async def _send_rounds(
         (with_index if want else without_index).append(await _sends(client, target, n))
     if not indexed:
         await _create_indexes(conn, text_indexes)
+    rounds = [{"with": w, "without": wo} for w, wo in zip(with_index, without_index, strict=True)]
+    ratios = ratio_spread(rounds, "with", "without")
     return {
         "with_index": with_index,
         "without_index": without_index,
-        "ratio": round(statistics.median(with_index) / statistics.median(without_index), 2),
+        "ratio": ratios["median"],
+        "rounds_ratio": ratios,
     }
 
 

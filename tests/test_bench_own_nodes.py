@@ -89,3 +89,6 @@ def test_search_bench_runs_every_class_and_both_send_phases(tmp_path: Path) -> N
         assert spread["min"] <= spread["median"] <= spread["max"]
     assert len(report["sends_per_s"]["with_index"]) == search.SEND_ROUNDS
     assert len(report["sends_per_s"]["without_index"]) == search.SEND_ROUNDS
+    sends = report["sends_per_s"]
+    assert sends["ratio"] == sends["rounds_ratio"]["median"]
+    assert sends["rounds_ratio"]["min"] <= sends["ratio"] <= sends["rounds_ratio"]["max"]
