@@ -562,8 +562,9 @@ class Soak:
             self.count_error(e.code)
             return None
         except (SessionClosed, leanws.Closed, trio.ClosedResourceError, trio.TooSlowError) as e:
-            # A churning session may close between the pick and the write.
-            self.count_error(f"request_{type(e).__name__}")
+            # A churning session may close between the pick and the write; the
+            # op is named so a request left unanswered can be traced.
+            self.count_error(f"request_{type(e).__name__}_{op}")
             return None
         if lat is not None:
             self.meter.lat[lat].record_ns(time.perf_counter_ns() - t0)
