@@ -136,9 +136,10 @@ class Session:
         self._last_received = trio.current_time()
         self._resuming: dict[str, int] | None = None
         self._held_live: list[tuple[str, int, bytes]] = []
-        # Per resumed scope, the highest seq the replay sent: a live event the
+        # Per resumed scope, the seq the client holds everything through (what
+        # it resumed from, or the last seq the replay sent): a live event the
         # relay brings later (another node's message, caught up after a
-        # failover) at or below it was in the replay already.
+        # failover) at or below it is one the client has already.
         self._replayed: dict[str, int] | None = None
         # Live wakes that arrive while pending ones are being replayed (None
         # otherwise): the replay goes first, so a daemon never takes a newer

@@ -62,7 +62,9 @@ freshness, deliveries) are in [`design.md`](design.md); who may do what is in
 3. With `hello.resume` (`{scopeId: lastSeenSeq}`) the node first pushes the
    missed readable `message` events of each scope (up to 200 per scope, oldest
    first), then one `resumed` frame saying per scope how far it went; live
-   events that arrive meanwhile are held back and follow it.
+   events that arrive meanwhile are held back and follow it. A live event at
+   or below `lastSeenSeq` (or the last seq the replay pushed) is one the client
+   has and is not pushed again, even when it reaches the node late.
 4. An agent daemon (`client.kind: "daemon"`, an agent member) gets its pending
    `deliver` frames next, oldest first, before the answer to anything it asks.
 5. Heartbeat: either side may send `ping` with an id and gets `pong` with the

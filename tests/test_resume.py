@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 
 from node.client import Client
+from protocol.wsframes import frame
 from tests.nodes import World, make_channel, running_node
 
 RESUME_LIMIT = 200
@@ -170,3 +172,36 @@ async def test_resume_with_more_than_a_page_racing_live_sends(
     assert received[:RESUME_LIMIT] == list(range(1, RESUME_LIMIT + 1))
     assert received == sorted(set(received)), "the event stream repeated or reordered a seq"
     assert sorted(set(received) | set(filled)) == list(range(1, 401))
+
+
+async def test_a_late_live_event_at_or_below_the_resume_point_is_not_pushed_again(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Nothing newer to replay: a live event the relay brings late (another
+    node's commit caught up after a failover) at or below the seq the client
+    resumed from is one it has, and the next message arrives once."""
+    async with running_node(database_url, tmp_path) as node:
+        world = await World.create(node)
+        alice = await world.member("alice")
+        bob = await world.member("bob")
+        async with world.client(alice) as a:
+            async with world.client(bob) as b:
+                scope_id = await make_channel(a, "late", b)
+            await send_many(a, "#late", "seen", 3, window=1)
+            [third] = (await a.history("#late", limit=1))["messages"]
+            assert third["seq"] == 3
+            async with world.client(bob, resume={scope_id: 3}) as b:
+                replayed, _ = await read_resume(b, scope_id)
+                assert replayed == []
+                [session] = [
+                    s
+                    for s in node.services.sessions
+                    if s.member_id == bob.id and s.close_code is None
+                ]
+                late = {"type": "message", "scopeId": scope_id, "message": third}
+                session.deliver_events(scope_id, [(3, frame(msgspec.json.encode(late)))])
+                assert (await a.send("#late", "next"))["state"] == "sent"
+                events = await b.events_until(
+                    lambda e: is_message(e) and e["message"]["seq"] == 4, timeout=TIMEOUT
+                )
+                assert [e["message"]["seq"] for e in events if is_message(e)] == [4]

@@ -264,7 +264,10 @@ def thread_summary(stats: messages.ThreadStats) -> ThreadSummary:
 
 
 async def resume(ctx: Context, resume_from: dict[str, int]) -> dict[str, int]:
-    """Push missed readable messages per scope, then ``resumed``; returns the last seq sent."""
+    """Push missed readable messages per scope, then ``resumed``; returns, per
+    scope, the seq the client now holds everything through: the last one this
+    replay sent, or the one it resumed from when there was nothing newer (never
+    above the scope's latest). A live event at or below it is one the client has."""
     states: dict[str, ResumeState] = {}
     sent: dict[str, int] = {}
     for scope_id, last_seen in resume_from.items():
@@ -272,6 +275,7 @@ async def resume(ctx: Context, resume_from: dict[str, int]) -> dict[str, int]:
             viewer, latest = await viewer_for(ctx, scope_id)
         except OperationError:
             continue
+        sent[scope_id] = min(last_seen, latest)
         async with ctx.services.pool.connection() as conn:
             page = await messages.page(
                 conn,
