@@ -37,6 +37,8 @@ class Calls:
     def __init__(self) -> None:
         self.prepared: list[bytes] = []
         self.executed: list[str] = []
+        # When set, the next prepared statement waits for it before it runs.
+        self.hold: trio.Event | None = None
 
     def count(self, name: bytes) -> int:
         return self.prepared.count(name)
@@ -55,6 +57,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
         self: TrioConnection, stmt: Prepared, params: Sequence[bytes | None]
     ) -> list[tuple[Any, ...]]:
         seen.prepared.append(stmt.name)
+        if seen.hold is not None:
+            hold, seen.hold = seen.hold, None
+            await hold.wait()
         return await run_prepared(self, stmt, params)
 
     async def recording_execute(self: TrioConnection, query: Any, *args: Any, **kw: Any) -> Any:
@@ -110,12 +115,16 @@ async def test_the_bare_relay_commits_through_the_nodes_committer(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(committer.run)
             async with trio.open_nursery() as sends:
+                # The first statement is held in flight until the others arrived
+                # (a fast database could otherwise answer it first).
+                release = calls.hold = trio.Event()
                 sends.start_soon(commit, 0, 1)
-                # The first statement is in flight before the others arrive.
                 await trio.testing.wait_all_tasks_blocked()
                 assert committer.in_flight == 1
                 sends.start_soon(commit, 1, 2)
                 sends.start_soon(commit, 2, 1)
+                await trio.testing.wait_all_tasks_blocked()
+                release.set()
             nursery.cancel_scope.cancel()
     assert seqs == {0: [1], 1: [1, 2], 2: [1]}
     assert calls.count(SEND) == 1
