@@ -189,43 +189,6 @@ def database_url(pg_server_dsn: str, schema_template: str) -> Iterator[str]:
             )
 
 
-# Files whose tests take ten seconds or more on two cores (the slowest
-# durations `.ci/run` prints), longest first. Workers take whole files in
-# collection order (``--dist loadfile --no-loadscope-reorder``): these go first,
-# so that no worker ends the run alone with one of them while the others idle.
-LONG_FILES_FIRST = (
-    "test_browser_phone.py",
-    "test_browser_history.py",
-    "test_search.py",
-    "test_hostile_property.py",
-    "test_protocol_fuzz.py",
-    "test_edits_deletes.py",
-    "test_crash_recovery.py",
-    "test_cluster_split.py",
-    "test_browser_invite.py",
-    "test_browser_schedules.py",
-    "test_browser_admin.py",
-    "test_cli.py",
-    "test_cluster_failover.py",
-    "test_cluster_rebalance.py",
-    "test_browser_presence.py",
-    "test_cluster_agents.py",
-    "test_tasks.py",
-    "test_browser_cards.py",
-    "test_browser_mcp.py",
-    "test_browser_lifecycle.py",
-    "test_upload_limits.py",
-    "test_send_pipeline.py",
-    "test_browser.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long files first, each file's tests still in their own order."""
-    rank = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: two workers per CPU. A test mostly waits on its node,
