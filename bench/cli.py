@@ -394,21 +394,18 @@ async def run(args: argparse.Namespace, progress: Progress) -> tuple[dict[str, A
             timeout_s=args.timeout,
             members_cap=args.members,
         )
-        if plan is None or args.workload not in rounds_mod.FIGURES:
-            # Baselines, if any, run while the node idles, against its own database server.
-            baseline = (
-                await run_baseline(dataclasses.replace(plan, data_dir=node.data_dir), progress)
-                if plan is not None
-                else {}
-            )
-            result = await run_workload(env, args)
+        rounds: dict[str, Any] = {}
+        if plan is None:
+            result, baseline = await run_workload(env, args), {}
         else:
+            # Baselines run against the node's own database server.
             plan = dataclasses.replace(plan, data_dir=node.data_dir)
-            result, baseline = await _run_rounds(env, args, plan, progress, report)
+            result, baseline, rounds = await _run_rounds(env, args, plan, progress)
     report["node_started_by_bench"] = node.started_here
     report["results"] = result.results
     report["baseline"] = baseline
-    report.setdefault("ratios", ratios(args.workload, result.results, baseline))
+    report["ratios"] = ratios(args.workload, result.results, baseline)
+    report |= rounds
     report["generator_cpu_s"] = result.cpu.generator_cpu_s
     report["node_cpu_s"] = result.cpu.node_cpu_s
     report["machine_cpu"] = result.cpu.machine
@@ -416,18 +413,15 @@ async def run(args: argparse.Namespace, progress: Progress) -> tuple[dict[str, A
 
 
 async def _run_rounds(
-    env: Env,
-    args: argparse.Namespace,
-    plan: BaselinePlan,
-    progress: Progress,
-    report: dict[str, Any],
-) -> tuple[WorkloadResult, dict[str, Any]]:
+    env: Env, args: argparse.Namespace, plan: BaselinePlan, progress: Progress
+) -> tuple[WorkloadResult, dict[str, Any], dict[str, Any]]:
     """``args.rounds`` rounds of the baselines and the workload, the order
-    rotated each round; the report gets every round and their medians, and
-    ``results``/``baseline`` stay the last round's whole figures."""
+    rotated each round: the last round's whole figures, and the report's
+    ``rounds``, ``figures`` and ``ratios`` (the rounds' medians and spreads)."""
     rounds: list[dict[str, Any]] = []
     result: WorkloadResult | None = None
     baseline: dict[str, Any] = {}
+    found: dict[str, Any] = {}
     for r in range(max(1, args.rounds)):
         order = rounds_mod.order_of(r)
         for phase in order:
@@ -442,11 +436,7 @@ async def _run_rounds(
             rounds_mod.round_entry(args.workload, order, measured, baseline, found, args.senders)
         )
     assert result is not None
-    report["rounds"] = rounds
-    report |= rounds_mod.combine(
-        args.workload, rounds, ratios(args.workload, result.results, baseline)
-    )
-    return result, baseline
+    return result, baseline, {"rounds": rounds} | rounds_mod.combine(args.workload, rounds, found)
 
 
 async def run_curve(
