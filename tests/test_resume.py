@@ -16,7 +16,7 @@ import trio
 
 from node.client import Client
 from protocol.wsframes import frame
-from tests.nodes import World, make_channel, running_node
+from tests.nodes import make_channel, running_world
 
 RESUME_LIMIT = 200
 TIMEOUT = 30.0
@@ -64,10 +64,8 @@ async def page_after(client: Client, target: str, after: int) -> list[dict[str, 
 async def test_resume_after_500_missed_messages_then_history_pages(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with running_node(database_url, tmp_path) as node:
-        world = await World.create(node)
-        alice = await world.member("alice")
-        bob = await world.member("bob")
+    async with running_world(database_url, tmp_path) as world:
+        alice, bob = await world.members("alice", "bob")
         async with world.client(alice) as a:
             async with world.client(bob) as b:
                 scope_id = await make_channel(a, "away", b)
@@ -107,10 +105,8 @@ async def _race_resume(
     the ``resumed`` event. Live sends go on after ``resumed`` (checked), so
     the resume really was served while messages were being committed.
     """
-    async with running_node(database_url, tmp_path) as node:
-        world = await World.create(node)
-        alice = await world.member("alice")
-        bob = await world.member("bob")
+    async with running_world(database_url, tmp_path) as world:
+        alice, bob = await world.members("alice", "bob")
         async with world.client(alice) as a:
             async with world.client(bob) as b:
                 scope_id = await make_channel(a, "race", b)
@@ -180,10 +176,8 @@ async def test_a_late_live_event_at_or_below_the_resume_point_is_not_pushed_agai
     """Nothing newer to replay: a live event the relay brings late (another
     node's commit caught up after a failover) at or below the seq the client
     resumed from is one it has, and the next message arrives once."""
-    async with running_node(database_url, tmp_path) as node:
-        world = await World.create(node)
-        alice = await world.member("alice")
-        bob = await world.member("bob")
+    async with running_world(database_url, tmp_path) as world:
+        alice, bob = await world.members("alice", "bob")
         async with world.client(alice) as a:
             async with world.client(bob) as b:
                 scope_id = await make_channel(a, "late", b)
@@ -195,7 +189,7 @@ async def test_a_late_live_event_at_or_below_the_resume_point_is_not_pushed_agai
                 assert replayed == []
                 [session] = [
                     s
-                    for s in node.services.sessions
+                    for s in world.node.services.sessions
                     if s.member_id == bob.id and s.close_code is None
                 ]
                 late = {"type": "message", "scopeId": scope_id, "message": third}
