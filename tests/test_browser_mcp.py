@@ -45,7 +45,9 @@ async def new_agent(node: RunningNode, workspace_id: str, handle: str) -> Person
 
 async def answer_one_wake(mcp: ClientSession) -> None:
     """The scripted model: wait, read the wake, answer it where it came from."""
-    text, woken = await call(mcp, "wait_for_attention", timeout_s=30)
+    # A bound on a hang: the browser's steps share the machine with the suite
+    # (one CI run took over 30 s to send the DM; alone it takes 3 s).
+    text, woken = await call(mcp, "wait_for_attention", timeout_s=60)
     wake = woken["wake"]
     assert wake is not None, text
     assert wake["reason"] == "dm"
