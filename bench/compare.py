@@ -16,7 +16,8 @@ read from ``/proc`` around each of its blocks. Ops:
 
 The report gives each side's CPU per op and latency over all blocks and, per
 block pair, B's CPU per op (and, for ``throughput``, sends per second) over
-A's: the median of those ratios and how many blocks B was ahead.
+A's: the median of those ratios, their spread (min, max) and how many blocks
+B was ahead.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from bench.client import Session, ws_url
 from bench.nodeproc import NodeUnderTest, open_node
 from bench.progress import Progress
 from bench.provision import make_provisioner
-from bench.stats import Latency, proc_cpu_s
+from bench.stats import Latency, proc_cpu_s, spread
 from bench.workloads import throughput
 from bench.workloads.common import Env, create_channel, join_each_member, open_sessions
 
@@ -197,10 +198,12 @@ def _report(a: Side, b: Side, args: argparse.Namespace) -> dict[str, Any]:
         y["cpu_ms"] / x["cpu_ms"] for x, y in zip(a.blocks, b.blocks, strict=True) if x["cpu_ms"]
     ]
     report["b_over_a_cpu_per_op_median"] = round(statistics.median(cpu), 3) if cpu else None
+    report["b_over_a_cpu_per_op_spread"] = spread(cpu)
     report["blocks_b_cpu_lower"] = sum(r < 1 for r in cpu)
     if args.op == "throughput":
         rate = [y["rate"] / x["rate"] for x, y in zip(a.blocks, b.blocks, strict=True) if x["rate"]]
         report["b_over_a_sends_per_s_median"] = round(statistics.median(rate), 3) if rate else None
+        report["b_over_a_sends_per_s_spread"] = spread(rate)
         report["blocks_b_faster"] = sum(r > 1 for r in rate)
     return report
 

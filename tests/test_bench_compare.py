@@ -30,8 +30,12 @@ def test_compare_measures_both_nodes_in_alternating_blocks(op: str, tmp_path: Pa
     for side in ("a", "b"):
         assert report[side]["ops"] > 0
         assert report[side]["node_cpu_ms_per_op"] is not None
+    cpu = report["b_over_a_cpu_per_op_spread"]
+    assert cpu["min"] <= report["b_over_a_cpu_per_op_median"] <= cpu["max"]
     if op == "throughput":
         assert report["b_over_a_sends_per_s_median"] > 0
+        rate = report["b_over_a_sends_per_s_spread"]
+        assert rate["min"] <= report["b_over_a_sends_per_s_median"] <= rate["max"]
     else:
         assert report["a"]["ops"] == report["b"]["ops"] == 40
         assert report["a"]["p50_ms"] > 0
