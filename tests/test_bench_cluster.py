@@ -20,7 +20,9 @@ from psycopg import sql
 from bench.cli import main
 from storage.pg import dsn_for_database
 
-pytestmark = pytest.mark.slow
+# The module's tests share one bench run (or node): under ``--dist loadgroup``
+# (the slow set in CI) they stay in one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bench_cluster")]
 
 SENDS = 8
 SESSIONS = 6
