@@ -272,6 +272,22 @@ def pytest_configure(config: pytest.Config) -> None:
         "requires_tool(name, missing): needs a tool from outside the project "
         "(failed under CI=true when missing, else skipped); see require_tool",
     )
+    config.addinivalue_line(
+        "markers",
+        "runs_for(seconds): about how long a slow test runs here; the longest start first",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first (``runs_for``), the rest in file order: the slow
+    set is handed out test by test, and a long bench handed out last would
+    leave its worker running alone at the end."""
+    items.sort(key=_runs_for, reverse=True)  # stable: equal keys keep their order
+
+
+def _runs_for(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("runs_for")
+    return float(mark.args[0]) if mark else 0.0
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -9,45 +9,32 @@ failover in which every dropped session came back on the surviving node.
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from bench.cli import main
-from storage.pg import dsn_for_database
 
-# The module's tests share one bench run (or node): under ``--dist loadgroup``
-# (the slow set in CI) they stay in one worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bench_cluster")]
+pytestmark = pytest.mark.slow
 
 SENDS = 8
 SESSIONS = 6
 SENDERS = 2
 
 
-@pytest.fixture(scope="module")
-def module_database_url(pg_server_dsn: str, schema_template: str) -> Iterator[str]:
-    """One database with the schema for the module's one bench run; dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex}"
-    create = sql.SQL("CREATE DATABASE {} TEMPLATE {}")
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(create.format(sql.Identifier(name), sql.Identifier(schema_template)))
-    try:
-        yield dsn_for_database(pg_server_dsn, name)
-    finally:
-        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-            conn.execute(drop.format(sql.Identifier(name)))
+def test_cluster_bench_phases_sessions_and_failover(database_url: str, tmp_path: Path) -> None:
+    """One bench run (the slow set hands tests out one by one: a run shared
+    through a module fixture would be repeated on every worker), checked for
+    its phases, its sessions per node and its failover."""
+    report = _run(database_url, tmp_path)
+    _check_phases(report)
+    _check_sessions_per_node(report)
+    _check_failover(report)
 
 
-@pytest.fixture(scope="module")
-def report(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    database_url = module_database_url
-    out = tmp_path_factory.mktemp("bench-cluster") / "cluster.json"
+def _run(database_url: str, tmp_path: Path) -> dict[str, Any]:
+    out = tmp_path / "cluster.json"
     argv = ["cluster", "--nodes", "1,2", "--quick", "--no-progress", "--json", str(out)]
     argv += ["--database-url", database_url, "--messages", str(SENDS)]
     argv += ["--sessions", str(SESSIONS), "--senders", str(SENDERS), "--notify-samples", "10"]
@@ -58,7 +45,7 @@ def report(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -
     return loaded
 
 
-def test_cluster_bench_measures_every_phase_at_each_size(report: dict[str, Any]) -> None:
+def _check_phases(report: dict[str, Any]) -> None:
     by_nodes = report["results"]["by_nodes"]
     one, two = by_nodes["1"], by_nodes["2"]
     for size in (one, two):
@@ -80,7 +67,7 @@ def test_cluster_bench_measures_every_phase_at_each_size(report: dict[str, Any])
     assert report["ratios"] == {"2": two["target"]}
 
 
-def test_cluster_bench_counts_sessions_per_node(report: dict[str, Any]) -> None:
+def _check_sessions_per_node(report: dict[str, Any]) -> None:
     for n, size in report["results"]["by_nodes"].items():
         sessions = size["sessions"]
         assert sessions["connected"] == SESSIONS
@@ -89,7 +76,7 @@ def test_cluster_bench_counts_sessions_per_node(report: dict[str, Any]) -> None:
         assert sessions["per_node_metrics"] == sessions["per_node_welcome"]
 
 
-def test_cluster_bench_failover_brings_every_dropped_session_back(report: dict[str, Any]) -> None:
+def _check_failover(report: dict[str, Any]) -> None:
     by_nodes = report["results"]["by_nodes"]
     assert by_nodes["1"]["failover"] is None
     failover = by_nodes["2"]["failover"]

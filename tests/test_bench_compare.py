@@ -17,6 +17,7 @@ from bench.cli import main
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.runs_for(25)
 @pytest.mark.parametrize("op", ["react", "send", "throughput"])
 def test_compare_measures_both_nodes_in_alternating_blocks(op: str, tmp_path: Path) -> None:
     """``scopenode bench compare``: two nodes (B with another setting), every

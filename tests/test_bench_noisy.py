@@ -27,6 +27,7 @@ def test_the_documented_limits_ignore_the_raised_environment() -> None:
 
 
 @pytest.mark.slow  # starts a node and floods it for a dozen seconds
+@pytest.mark.runs_for(24)
 def test_quick_noisy_neighbour_holds_the_flooder_to_the_default_limits(tmp_path: Path) -> None:
     out = tmp_path / "noisy.json"
     started = time.monotonic()

@@ -29,6 +29,7 @@ def test_bench_starts_and_stops_its_own_node(tmp_path: Path) -> None:
     assert report["machine_cpu"]["cpu_s"] >= report["node_cpu_s"]
 
 
+@pytest.mark.runs_for(55)
 def test_curve_reports_every_point_with_its_raw_statement_and_machine_cpu(
     tmp_path: Path,
 ) -> None:

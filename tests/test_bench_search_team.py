@@ -15,6 +15,7 @@ from bench.search_team import CLASSES
 
 
 @pytest.mark.slow  # builds a corpus through a node: with the other bench runs
+@pytest.mark.runs_for(20)
 def test_quick_search_team_reports_every_class_over_a_threaded_corpus(tmp_path: Path) -> None:
     out = tmp_path / "search-team.json"
     started = time.monotonic()

@@ -128,6 +128,7 @@ def test_acceptance_checks_every_interval_for_search_and_history() -> None:
 
 
 @pytest.mark.slow  # a real half-minute run: with the other bench runs, not in the default suite
+@pytest.mark.runs_for(35)
 def test_smoke_soak_against_a_node_it_starts(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     started = time.monotonic()
@@ -185,6 +186,7 @@ def _wait_healthy(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.runs_for(65)
 def test_soak_calls_a_planted_leak_growing(
     leaky_node: tuple[str, int, Path], tmp_path: Path
 ) -> None:

@@ -24,9 +24,7 @@ from bench.nodeproc import free_port
 from bench.provision import scopenode_cmd
 from bench.workloads import reactions
 
-# The module's tests share one bench run (or node): under ``--dist loadgroup``
-# (the slow set in CI) they stay in one worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bench_workloads")]
+pytestmark = pytest.mark.slow
 
 
 class NodeInfo:

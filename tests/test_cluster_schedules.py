@@ -25,6 +25,7 @@ RUN_S = 30.0
 KILL_AFTER_S = 12.0
 
 
+@pytest.mark.runs_for(33)
 async def test_every_occurrence_once_across_a_sigkill(database_url: str, tmp_path: Path) -> None:
     with trio.fail_after(90):
         async with proc_cluster(database_url, tmp_path, 2, proxy=False) as cluster:
