@@ -9,10 +9,12 @@ auto``) every worker is a session of its own: its own temporary directory,
 embedded server and template.
 
 As root, the embedded clusters of data dirs the server user cannot reach
-(pytest's 0700 temporary directories among them) live under
-``/var/lib/scopenode-pg``; ``_private_clusters_left_as_found`` removes the
-ones this session created and fails the session if one of them still has a
-running server.
+live under ``/var/lib/scopenode-pg``; ``_private_clusters_left_as_found``
+removes the ones this session created and fails the session if one of them
+still has a running server. A test's ``tmp_path`` is made reachable (search
+permission, 0711) so that a node's cluster lives in its data dir, in memory
+with the rest of the test's files; the tests of private clusters make their
+own 0700 directories.
 
 A test that needs a tool from outside the project (Chromium, HAProxy,
 Node.js, ...) says so with :func:`require_tool` (or :func:`tool_missing` where
@@ -104,6 +106,26 @@ def _private_clusters_left_as_found(
             _stop_postmaster(cluster_dir)
         remove_orphaned_clusters(discard_under=basetemp)
         pytest.fail(f"servers left running by this test session: {leaked}")
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """pytest's ``tmp_path``, reachable by PostgreSQL's server user when we are
+    root; afterwards no embedded server may still run in it."""
+    if os.geteuid() == 0:
+        root = tmp_path_factory.getbasetemp().parent
+        for directory in (tmp_path, *tmp_path.parents):
+            directory.chmod(0o711)
+            if directory == root:
+                break
+    yield tmp_path
+    # Data dirs sit at most two levels down (<tmp>/data, <tmp>/run/node1).
+    clusters = [*tmp_path.glob("pg"), *tmp_path.glob("*/pg"), *tmp_path.glob("*/*/pg")]
+    leaked = [cluster for cluster in clusters if live_postmaster(cluster) is not None]
+    for cluster in leaked:
+        _stop_postmaster(cluster)
+    if leaked:
+        pytest.fail(f"servers left running by this test: {leaked}")
 
 
 def _entries(directory: Path) -> list[Path]:

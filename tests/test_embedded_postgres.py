@@ -279,10 +279,11 @@ def test_an_existing_cluster_gets_binaries_of_the_major_version_that_created_it(
 def test_as_root_a_wheel_the_server_user_cannot_reach_runs_from_a_mirror(
     make_server: ServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The wheel as installed under root's 0700 home (pytest's temporary dirs
-    are 0700 too): its installation and the shared libraries auditwheel moved
-    next to the package are copied where the server user can run them."""
+    """The wheel as installed under root's 0700 home: its installation and the
+    shared libraries auditwheel moved next to the package are copied where the
+    server user can run them."""
     assert WHEEL_BIN is not None
+    tmp_path.chmod(0o700)  # as root's home is (the suite's tmp_path is reachable)
     package = WHEEL_BIN.parents[1]
     site = tmp_path / "site-packages"
     shutil.copytree(package, site / package.name, symlinks=True)
