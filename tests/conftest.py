@@ -59,7 +59,7 @@ for _name, _value in RAISED_LIMITS_ENV.items():
 _TEST_SERVER_SETTINGS = {"fsync": "off"}
 
 # The suite's files (databases, nodes' data dirs, browser profiles) live in
-# memory when the machine has a tmpfs with room: on this machine's virtual disk,
+# memory when the machine has a tmpfs with room: on the virtual disk of a CI VM,
 # writing and deleting them took some 15 % of the suite's CPU.
 _RAM_TEMP = Path("/dev/shm")
 _RAM_TEMP_FREE_BYTES = 2 * 1024**3
