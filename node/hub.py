@@ -43,6 +43,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from itertools import groupby
 from typing import Protocol
 
 import structlog
@@ -176,10 +177,11 @@ class Hub:
     def __init__(
         self,
         on_delivered: Callable[[Sequence[str]], None],
-        on_delivery: Callable[[float], None] | None = None,
+        on_delivery: Callable[[float, int], None] | None = None,
     ) -> None:
         """``on_delivered(outbox keys)``: realtime rows pushed here;
-        ``on_delivery(seconds)``: a message's age when its events were queued."""
+        ``on_delivery(seconds, messages)``: the age of that many messages when
+        their events were queued."""
         self._on_delivery = on_delivery
         self._sessions: dict[str, set[LiveSession]] = defaultdict(set)
         # Members with a live session here by workspace (None: not known), so
@@ -377,10 +379,13 @@ class Hub:
         self._on_delivered(delivered)
 
     def observe_delivery(self, created: Iterable[datetime]) -> None:
-        if self._on_delivery is not None:
-            now = time.time()
-            for at in created:
-                self._on_delivery(max(0.0, now - at.timestamp()))
+        if self._on_delivery is None:
+            return
+        now = time.time()
+        # A batch's messages mostly share their creation time (one decision
+        # pass): each run of equal times is one observation of that many.
+        for at, run in groupby(created):
+            self._on_delivery(max(0.0, now - at.timestamp()), sum(1 for _ in run))
 
     def publish_thread(self, activity: ThreadActivity) -> None:
         """``threadUpdated`` to the thread's readers (the parent's public readers

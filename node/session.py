@@ -310,7 +310,7 @@ class Session:
     def _touched(self, request: Any) -> bool:
         """A request is activity (docs/presence.md); True when it was a
         ``typing`` answered here as coalesced, free of the rate limits."""
-        now = trio.current_time()
+        now = self._last_received  # when the request's bytes arrived
         presence = self.services.presence
         presence.touched(self, now)
         if isinstance(request, Typing) and presence.typing_coalesced(
