@@ -87,7 +87,13 @@ backend by_workspace
     hash-type consistent
     option httpchk GET /healthz
     http-check expect status 200
-    # Down after 2 failed checks 500 ms apart; a draining node answers 503.
+    # Down after 2 failed checks 500 ms apart: a draining node answers 503 and
+    # a killed one refuses the connection, so each of its checks fails at once.
+    # Being marked down cuts all the node's sessions, so a check waits past the
+    # node's own 2 s deadline for its database ping: the node's answer decides,
+    # not a CPU stall. Unset, the wait is `inter` (500 ms), and a node stalled
+    # for 2 s on a busy host lost every session to the other nodes.
+    timeout check 3s
     default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions
 """
 

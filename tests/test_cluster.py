@@ -8,6 +8,7 @@ visibility applied there by the one SQL predicate.
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -24,7 +25,8 @@ import trio
 from actors.model import MemberType
 from node import relay
 from node.client import Client, open_client
-from node.cluster_cli import HAPROXY_MISSING, find_haproxy, free_ports
+from node.cluster_cli import HAPROXY_MISSING, find_haproxy, free_ports, haproxy_config
+from node.http import HEALTH_TIMEOUT
 from storage import directory, scopes
 from storage.pg import connect
 from tests.conftest import require_tool
@@ -373,6 +375,16 @@ async def test_cluster_up_two_nodes_chat_through_haproxy(database_url: str, tmp_
     # Everything it started is gone: its port answers no more.
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass
+
+
+def test_a_health_check_waits_for_the_nodes_own_verdict() -> None:
+    """HAProxy waits longer for /healthz than the node waits for its database:
+    a node marked down loses every session, so a pause must not mark it down."""
+    deployed = Path(__file__).parent.parent / "deploy" / "haproxy.cfg"
+    for config in (haproxy_config("127.0.0.1", 8765, [8801, 8802]), deployed.read_text()):
+        waits = re.findall(r"^\s*timeout check (\d+)s$", config, re.MULTILINE)
+        assert len(waits) == 1, waits
+        assert float(waits[0]) > HEALTH_TIMEOUT
 
 
 _INSERT_MESSAGES = (
