@@ -335,6 +335,7 @@ class ClusterRelay:
                 gap_since = gap_since or await self._database_now()
         if gap_since is not None:
             self._enqueue(("catchup", gap_since - CATCHUP_MARGIN))
+        self.delivery.tracked_since = trio.current_time()
         self.listening.set()
         self._joined.set()
 
@@ -358,21 +359,29 @@ class ClusterRelay:
                 found = await relay_sql.listener_pids(conn, APPLICATION_NAME)
         except (psycopg.Error, StorageError, OSError) as exc:
             log.warning("relay_peer_lookup_failed", error=repr(exc))
-            self._peer_pids = None
+            self._set_peers(None)
             return None
         # A hello heard while the lookup ran may not be in its answer yet.
         self._hello_pids = {p: t for p, t in self._hello_pids.items() if t >= asked_at}
         found.update(self._hello_pids)
         found.discard(self.listener_pid or 0)
-        self._peer_pids = frozenset(found)
+        self._set_peers(frozenset(found))
         return self._peer_pids
+
+    def _set_peers(self, pids: frozenset[int] | None) -> None:
+        alone = self.alone
+        self._peer_pids = pids
+        if alone and not self.alone:
+            # What this node wrote alone its hub pushed without a cursor: the
+            # delivery must not take those seqs for ones still on their way.
+            self.delivery.tracked_since = trio.current_time()
 
     def _greet(self, data: dict[str, Any]) -> None:
         """A node started listening: publish to it from now on, then say so."""
         pid = int(data["p"])
         self._hello_pids[pid] = trio.current_time()
         if self._peer_pids is not None:
-            self._peer_pids = self._peer_pids | {pid}
+            self._set_peers(self._peer_pids | {pid})
         if self.listener_pid is not None:
             self._notify({"k": "ack", "to": data["n"], "p": self.listener_pid})
 

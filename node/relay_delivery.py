@@ -10,14 +10,23 @@ writing node recorded. Roster changes, other events and invalidations go to
 the local members who read the scope.
 
 Order and gaps. Per scope a cursor keeps the seqs this node's sessions were
-handed (local commits count too). A range that leaves a hole below it
-(another node's notification still in flight, or a node that died between
-commit and NOTIFY) is held for :data:`GAP_WAIT` seconds; then the hole is read
-from the database, so sessions get every seq in order and never a silent gap.
-After the listener was away, a catch-up reads every scope with messages since
-then and pushes what the sessions missed; a range longer than
-:data:`RANGE_LIMIT` becomes ``invalidate {scopeId, reason: "relay_gap",
-fromSeq}``.
+handed (local commits count too). A cursor starts below the seqs written in
+the last :data:`IN_FLIGHT_S` seconds (no further back than the node has
+tracked every seq: since it joined, or since peers appeared while it was
+alone), whether this node's first commit of the scope or another node's
+notification is the first it hears of it: another node's notification of one
+may still be on its way, and so may this node's own publish of one (its hub
+runs when the commit's reply is back, which can be after another node already
+committed and notified the next seq). A local commit the relay has read back
+and pushed already is not pushed again by the hub; one below where its cursor
+started, taken for handed, is pushed late rather than never. A range that
+leaves a hole below it (another node's notification still in flight, or a node
+that died between commit and NOTIFY) is held for :data:`GAP_WAIT` seconds;
+then the hole is read from the database, so sessions get every seq in order
+and never a silent gap. After the listener was away, a catch-up reads every
+scope with messages since then and pushes what the sessions missed; a range
+longer than :data:`RANGE_LIMIT` becomes ``invalidate {scopeId, reason:
+"relay_gap", fromSeq}``.
 """
 
 from __future__ import annotations
@@ -47,7 +56,8 @@ log = structlog.get_logger(__name__)
 
 GAP_WAIT = 1.0
 # How long another node's notification of a commit may take to arrive here
-# (the relay's catch-up margin): seqs this recent are pushed at a first anchor.
+# (the relay's catch-up margin): seqs this recent are pushed when a scope's
+# cursor starts.
 IN_FLIGHT_S = 10.0
 RANGE_LIMIT = 1_000  # longer holes are an invalidate, not a push
 CURSORS_KEPT = 20_000
@@ -62,12 +72,13 @@ UNANCHORED_KEPT = 64
 class _Cursor:
     """Seqs of one scope this node's sessions were handed: all up to ``frontier``
     and those in ``above``. A scope first seen through a local commit has no
-    frontier yet (what came before it is unknown) until a notification gives one."""
+    frontier yet (what came before it is unknown) until a notification gives one.
+    Seqs up to ``start``, the first frontier, are taken for handed, not seen."""
 
-    __slots__ = ("above", "frontier")
+    __slots__ = ("above", "frontier", "start")
 
     def __init__(self, frontier: int | None) -> None:
-        self.frontier = frontier
+        self.frontier = self.start = frontier
         self.above: set[int] = set()
 
     def has(self, seq: int) -> bool:
@@ -75,7 +86,7 @@ class _Cursor:
 
     def start_at(self, frontier: int) -> None:
         if self.frontier is None:
-            self.frontier = frontier
+            self.frontier = self.start = frontier
             self.above = {s for s in self.above if s > frontier}
             self.add(())
 
@@ -137,13 +148,21 @@ class Delivery:
         self._workspace_of: dict[str, str] = {}
         self._held: dict[str, int] = {}
         self._fetching: set[str] = set()
+        # Since when (trio clock) every seq of a scope comes through here: another
+        # node's by its notification, this node's own through committed_here
+        # with a cursor. Older seqs were in the sessions' first reads, or pushed
+        # by the hub while the node was alone: a new cursor never starts below
+        # them. Set by the relay when it joins and when peers appear; None: as
+        # far back as IN_FLIGHT_S.
+        self.tracked_since: float | None = None
         self.events_relayed = 0
         self.catchups = 0
         self.lean_reads = 0  # relayed ranges answered without the full statement
 
     def committed_here(self, scope_id: str, seqs: Sequence[int], *, alone: bool) -> bool:
         """This node committed ``seqs``: True when the hub pushes them to local
-        sessions itself, False when they follow earlier seqs still on their way."""
+        sessions itself, False when the relay does (they follow earlier seqs
+        still on their way) or did already."""
         if alone and scope_id not in self._cursors:
             # No other node writes here: nothing can arrive out of order, and a
             # cursor per scope would only hold memory.
@@ -156,9 +175,21 @@ class Delivery:
             self._hold(scope_id, max(seqs))
             self._enqueue(("anchor", scope_id, min(seqs)))
             return False
-        if scope_id in self._fetching or cursor.missing(min(seqs) - 1):
+        if cursor.start is not None and min(seqs) <= cursor.start:
+            # Taken for handed when the cursor started (nothing below it was
+            # recent enough, or no session here to hand it to), so the relay
+            # never pushed it: late rather than never.
+            cursor.add(seqs)
+            return True
+        handed = sum(cursor.has(seq) for seq in seqs)
+        if handed == len(seqs):
+            # Read back and pushed by the relay already: another node's later
+            # seq (or a catch-up) was handled here before this publish ran.
+            return False
+        if handed or scope_id in self._fetching or cursor.missing(min(seqs) - 1):
             # Another node's earlier seqs are not delivered here yet (two nodes
-            # wrote the scope): deliver ours after them, read back in order.
+            # wrote the scope), or the relay is reading ours back: deliver ours
+            # after them, read back in order.
             self._hold(scope_id, max(seqs))
             self._enqueue(("flush", scope_id))
             return False
@@ -179,6 +210,16 @@ class Delivery:
         return cursor
 
     async def messages(self, scope_id: str, first: int, last: int, *, force: bool) -> None:
+        if first > 1 and scope_id not in self._cursors:
+            # The first this node hears of the scope. Its own commit below
+            # ``first`` may not be published yet (the hub runs after the
+            # commit's reply, which can come after the other node's
+            # notification), nor another node's notification of one: start
+            # below the recent seqs, as for a first local commit. Everything
+            # below ``first`` is committed, so they are read now.
+            start = await self._first_unhanded(scope_id, first)
+            self._cursor(scope_id, None).start_at(start - 1)
+            force = True
         cursor = self._cursor(scope_id, first - 1)
         if first > 0:
             cursor.start_at(first - 1)
@@ -206,15 +247,24 @@ class Delivery:
         still be on its way; then push what is held, in order."""
         cursor = self._cursor(scope_id, None)
         if cursor.frontier is None:
-            recent = None
-            if self._hub.member_ids(self._workspace_of.get(scope_id)):
-                async with self._reading() as conn:
-                    recent = await relay_sql.first_recent_seq(
-                        conn, scope_id, first_local, window=RANGE_LIMIT, margin_s=IN_FLIGHT_S
-                    )
-            # The recent seq, when there is one, is below this node's first.
-            cursor.start_at((recent or first_local) - 1)
+            cursor.start_at(await self._first_unhanded(scope_id, first_local) - 1)
         await self.messages(scope_id, 0, 0, force=True)
+
+    async def _first_unhanded(self, scope_id: str, below: int) -> int:
+        """Where a scope's new cursor starts: ``below``, or the first seq under
+        it recent enough that its notification (or this node's own publish of
+        it) may still be on its way."""
+        if not self._hub.member_ids(self._workspace_of.get(scope_id)):
+            return below  # no session here to hand anything to
+        margin = IN_FLIGHT_S
+        if self.tracked_since is not None:
+            margin = min(margin, trio.current_time() - self.tracked_since)
+        async with self._reading() as conn:
+            recent = await relay_sql.first_recent_seq(
+                conn, scope_id, below, window=RANGE_LIMIT, margin_s=margin
+            )
+        # The recent seq, when there is one, is below ``below``.
+        return recent or below
 
     async def _flush_later(self, scope_id: str) -> None:
         await trio.sleep(GAP_WAIT)

@@ -14,6 +14,9 @@ with backoff until the send's deadline, so no send of the race is answered
 ``unavailable``. The race runs a few times in the default suite and twenty
 times as a slow test, which also prints its latencies next to the same sends
 through one node.
+
+One interleaving of the race is forced on two in-process nodes: a node's own
+commit whose publish comes only after the other node's next seq reached it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import pytest
 import trio
 
 from node.client import Client, ClientError, open_client
+from tests.nodes import World, make_channel, running_node
 from tests.proc_cluster import (
     ProcCluster,
     Team,
@@ -291,3 +295,57 @@ async def test_two_nodes_racing_for_one_scope_cost_latency_not_errors(
         f"\n{runs} runs, {lost} fence losses, split answers {dict(answered)};"
         f" two nodes: {percentiles(split)}; one node: {percentiles(alone)}"
     )
+
+
+async def test_a_commit_published_after_the_other_nodes_next_seq_reaches_its_node_once_in_order(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Node b commits seq 1, but its hub publishes it only later (the commit's
+    reply is late, as on a busy host); meanwhile node a commits 2 and b's relay
+    hears of it: the first b hears of the scope. b's sessions still get 1, 2
+    and 3, in order, once each."""
+    async with (
+        running_node(database_url, tmp_path / "a", node_id="a") as a,
+        running_node(database_url, tmp_path / "b", node_id="b") as b,
+    ):
+        world = await World.create(a)
+        ann, bob = await world.members("ann", "bob")
+        url_a = f"{a.url}?workspace={world.workspace_id}"
+        url_b = f"{b.url}?workspace={world.workspace_id}"
+        async with open_client(url_a, ann.token) as ann_a, open_client(url_b, bob.token) as bob_b:
+            scope = await make_channel(ann_a, "late", bob_b)
+            # Only b's commits come back late; a's store is another object.
+            store = b.services.registry._store
+            apply = store.apply_sends
+            committed, replied = trio.Event(), trio.Event()
+
+            async def late_reply(plans: Any) -> Any:
+                result = await apply(plans)
+                committed.set()
+                await replied.wait()
+                return result
+
+            store.apply_sends = late_reply  # type: ignore[method-assign]
+            got: list[int] = []
+
+            async def receive() -> None:
+                while True:
+                    event = await bob_b.next_event()
+                    if event["type"] == "message" and event["scopeId"] == scope:
+                        got.append(int(event["message"]["seq"]))
+
+            with trio.fail_after(WAIT):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(receive)
+                    nursery.start_soon(bob_b.send, "#late", "b1")
+                    await committed.wait()
+                    assert (await ann_a.send("#late", "a2"))["acceptedSeq"] == 2
+                    while 2 not in got:  # relayed by b before b's hub publishes 1
+                        await trio.sleep(0.01)
+                    replied.set()
+                    store.apply_sends = apply  # type: ignore[method-assign]
+                    assert (await bob_b.send("#late", "b3"))["acceptedSeq"] == 3
+                    while not got or got[-1] != 3:
+                        await trio.sleep(0.01)
+                    nursery.cancel_scope.cancel()
+            assert got == [1, 2, 3]
