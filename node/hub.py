@@ -43,7 +43,6 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from itertools import groupby
 from typing import Protocol
 
 import structlog
@@ -379,13 +378,23 @@ class Hub:
         self._on_delivered(delivered)
 
     def observe_delivery(self, created: Iterable[datetime]) -> None:
-        if self._on_delivery is None:
+        observe = self._on_delivery
+        if observe is None:
             return
         now = time.time()
         # A batch's messages mostly share their creation time (one decision
         # pass): each run of equal times is one observation of that many.
-        for at, run in groupby(created):
-            self._on_delivery(max(0.0, now - at.timestamp()), sum(1 for _ in run))
+        last: datetime | None = None
+        times = 0
+        for at in created:
+            if at == last:
+                times += 1
+                continue
+            if last is not None:
+                observe(max(0.0, now - last.timestamp()), times)
+            last, times = at, 1
+        if last is not None:
+            observe(max(0.0, now - last.timestamp()), times)
 
     def publish_thread(self, activity: ThreadActivity) -> None:
         """``threadUpdated`` to the thread's readers (the parent's public readers
