@@ -106,9 +106,11 @@ async def test_unacknowledged_push_retries_with_backoff_then_fails(
                 assert retry["deliveryId"] == inline["deliveryId"]
                 arrivals.append(trio.current_time())
             gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
-            # Exponential backoff: 0.3 s then 0.6 s, each with ≤ 25 % jitter and one poll.
+            # Exponential backoff: at least 0.3 s, then at least 0.6 s (each with
+            # ≤ 25 % jitter and a poll on top). Lower bounds only: a busy host
+            # can delay a push, never hurry it.
             assert gaps[0] >= 0.3
-            assert gaps[1] > gaps[0] * 1.3
+            assert gaps[1] >= 0.6
             with trio.fail_after(5):
                 while outbox_rows(database_url, agent.id)[0][0] != "failed":
                     await trio.sleep(0.05)
