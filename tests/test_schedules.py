@@ -178,8 +178,12 @@ async def test_missed_and_replayed_occurrences_are_stored_once(
         async with running_node(database_url, tmp_path) as node:
             world = World(node, world.workspace_id)
             async with world.client(ann) as a:
-                message = await a.events_until(lambda e: e.get("type") == "message", 10)
-                run = message[-1]["message"]["sources"][0]
+                # The node may send it before this session is open: read it back.
+                target = "scope:" + await _target_scope(database_url, made["scheduleId"])
+                with trio.fail_after(10):
+                    while not (sent := (await a.history(target))["messages"]):
+                        await trio.sleep(0.05)
+                run = sent[-1]["sources"][0]
                 assert run["scheduleId"] == made["scheduleId"]
                 assert 29 <= run["delaySeconds"] <= 40
                 # A node that died after the message's commit and before the claim's:
@@ -224,3 +228,13 @@ def test_a_long_outage_posts_a_rule_s_latest_missed_occurrence_only() -> None:
     assert not superseded(now - timedelta(minutes=30), now - timedelta(minutes=29), now)
     # A one-off has no later occurrence to give way to.
     assert not superseded(monday, None, now)
+
+
+async def _target_scope(database_url: str, schedule_id: str) -> str:
+    async with await connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT target_scope_id FROM schedules WHERE id = %s", (schedule_id,)
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return str(row[0])
