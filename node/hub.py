@@ -176,11 +176,10 @@ class Hub:
     def __init__(
         self,
         on_delivered: Callable[[Sequence[str]], None],
-        on_delivery: Callable[[float, int], None] | None = None,
+        on_delivery: Callable[[float], None] | None = None,
     ) -> None:
         """``on_delivered(outbox keys)``: realtime rows pushed here;
-        ``on_delivery(seconds, messages)``: the age of that many messages when
-        their events were queued."""
+        ``on_delivery(seconds)``: a message's age when its events were queued."""
         self._on_delivery = on_delivery
         self._sessions: dict[str, set[LiveSession]] = defaultdict(set)
         # Members with a live session here by workspace (None: not known), so
@@ -378,23 +377,10 @@ class Hub:
         self._on_delivered(delivered)
 
     def observe_delivery(self, created: Iterable[datetime]) -> None:
-        observe = self._on_delivery
-        if observe is None:
-            return
-        now = time.time()
-        # A batch's messages mostly share their creation time (one decision
-        # pass): each run of equal times is one observation of that many.
-        last: datetime | None = None
-        times = 0
-        for at in created:
-            if at == last:
-                times += 1
-                continue
-            if last is not None:
-                observe(max(0.0, now - last.timestamp()), times)
-            last, times = at, 1
-        if last is not None:
-            observe(max(0.0, now - last.timestamp()), times)
+        if self._on_delivery is not None:
+            now = time.time()
+            for at in created:
+                self._on_delivery(max(0.0, now - at.timestamp()))
 
     def publish_thread(self, activity: ThreadActivity) -> None:
         """``threadUpdated`` to the thread's readers (the parent's public readers

@@ -54,8 +54,6 @@ _PRIVATE_METADATA = frozenset({"recipients", AUTHORISED_BY, MANAGERS})
 def privileged_readers(author_id: str, metadata: Mapping[str, Any]) -> frozenset[str] | None:
     """Who is shown a message's private metadata (``recipients``,
     ``authorisedBy``): the author and those it names; None when it has none."""
-    if not metadata:
-        return None
     recipients = metadata.get("recipients") or ()
     authoriser = metadata.get(AUTHORISED_BY)
     if not recipients and authoriser is None:
@@ -71,9 +69,7 @@ def _authorisers(metadata: Mapping[str, Any]) -> list[str]:
 
 def stored_message_view(message: StoredMessage, viewer_id: str | None) -> MessageView:
     """The message as ``viewer_id`` may see it (None: a reader with no special standing)."""
-    # Most messages carry no metadata: nothing to hide, cite, attach or show as a card.
-    raw = message.metadata
-    metadata = _shown_metadata(message, viewer_id) if raw else {}
+    metadata = _shown_metadata(message, viewer_id)
     return MessageView(
         id=message.id,
         scope_id=message.scope_id,
@@ -84,13 +80,13 @@ def stored_message_view(message: StoredMessage, viewer_id: str | None) -> Messag
         content=message.content,
         created_at=rfc3339(message.created_at),
         metadata=metadata,
-        sources=run_sources(metadata) if metadata else [],
-        attachments=attachment_views(raw) if raw else [],
+        sources=run_sources(metadata),
+        attachments=attachment_views(message.metadata),
         mentions=list(message.mentions),
         revision=message.revision,
         edited_at=rfc3339(message.edited_at) if message.edited_at is not None else None,
         deleted=message.deleted_at is not None,
-        card=(public_card(message) if raw else None) or msgspec.UNSET,
+        card=public_card(message) or msgspec.UNSET,
     )
 
 
