@@ -161,7 +161,11 @@ async def run_load(
     closed = node.services.metrics.sessions_closed
     async with AsyncExitStack() as stack:
         s = await stack.enter_async_context(world.client(sender))
-        clients = [await stack.enter_async_context(world.client(p)) for p in readers]
+        # Readers only read: their pings keep them alive past the node's
+        # heartbeat timeout when a loaded host stretches the run beyond it.
+        clients = [
+            await stack.enter_async_context(world.client(p, heartbeat=True)) for p in readers
+        ]
         joiners = list(clients)
         if stalled is not None:
             joiners.append(await stack.enter_async_context(world.client(stalled)))
