@@ -3,8 +3,8 @@
 One session of 100 in a scope stops reading. With a small outbound cap the
 node closes it with 4429 within a bounded time while the 99 others receive
 every message; the stalled member then resumes without loss. The delivery
-rate of the 99 is printed (run with ``-s``), next to the same load without a
-stalled session.
+rate of the 99 is printed (run with ``-s``); the fan-out bench
+(``scopenode bench fanout``) is where delivery rates are measured.
 """
 
 from __future__ import annotations
@@ -240,23 +240,13 @@ async def test_stalled_session_is_closed_with_4429_while_99_others_get_everythin
         stalled = await world.member("stalled")
 
         # Warm-up (actors, caches), then the load with a stalled session. The
-        # slow set's run also measures the same load without one, for the ratio
-        # it prints (nothing asserts on rates: the machine may be shared).
+        # rate is printed, not asserted: the machine may be shared.
         await run_load(node, world, sender, readers, 20, "warmup")
-        baseline = (
-            await run_load(node, world, sender, readers, count, "baseline") if count > 500 else None
-        )
         load = await run_load(node, world, sender, readers, count, "load", stalled)
-        without = (
-            f", {baseline.rate:,.0f} without (ratio {load.rate / baseline.rate:.2f})"
-            if baseline
-            else ""
-        )
         print(
             f"\nslow consumer: {READERS} readers x {count} messages of ~{CONTENT_BYTES} B "
             f"(node and clients in one process): {load.rate:,.0f} deliveries/s with one "
-            f"stalled session{without}; stalled session closed 4429 after "
-            f"{load.closed_after:.2f} s"
+            f"stalled session; stalled session closed 4429 after {load.closed_after:.2f} s"
         )
         assert node.services.metrics.sessions_closed[CloseCode.SLOW_CONSUMER] == 1
         assert load.closed_after is not None
