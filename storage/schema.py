@@ -136,8 +136,13 @@ JOIN pg_class c ON c.oid = k.conrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s
 """
+# An index is compared by its uniqueness and what follows USING in its
+# definition (method, keys, operator classes, INCLUDE, predicate): the part
+# before names the table with its schema, which differs between the live
+# schema and the scratch one by design.
 _INDEXES = """
-SELECT c.relname, i.relname, pg_get_indexdef(i.oid)
+SELECT c.relname, i.relname, x.indisunique,
+       substr(pg_get_indexdef(i.oid), strpos(pg_get_indexdef(i.oid), ' USING '))
 FROM pg_index x
 JOIN pg_class i ON i.oid = x.indexrelid
 JOIN pg_class c ON c.oid = x.indrelid
@@ -156,8 +161,7 @@ def _snapshot(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> set[
     for table, name, definition in conn.execute(_CONSTRAINTS, (schema,)):
         if table != _BOOKKEEPING:
             items.add(f"constraint {table}.{name} {definition}")
-    for table, name, definition in conn.execute(_INDEXES, (schema,)):
+    for table, name, unique, definition in conn.execute(_INDEXES, (schema,)):
         if table != _BOOKKEEPING:
-            text = str(definition).replace(f" ON {schema}.", " ON ")
-            items.add(f"index {table}.{name} {text}")
+            items.add(f"index {table}.{name} unique={unique}{definition}")
     return items

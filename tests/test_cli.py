@@ -475,3 +475,17 @@ async def test_db_verify_detects_drift(database_url: str) -> None:
     drift = report["drift"]
     assert drift, report
     assert any("scopes" in item and "status" in item for item in drift), drift
+
+    # An index of the same name over other keys, and one made unique, are drift too.
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE scopes ALTER COLUMN status TYPE text")
+        conn.execute("DROP INDEX scopes_workspace_idx")
+        conn.execute("CREATE INDEX scopes_workspace_idx ON scopes (workspace_id)")
+        conn.execute("DROP INDEX credentials_member_idx")
+        conn.execute("CREATE UNIQUE INDEX credentials_member_idx ON credentials (member_id)")
+    drifted = await scopenode("db", "verify", "--database-url", database_url)
+    assert drifted.returncode == 1, drifted
+    drift = json.loads(drifted.stdout)["drift"]
+    assert sorted(item.split(":")[0] for item in drift) == ["missing"] * 2 + ["unexpected"] * 2
+    assert any("scopes_workspace_idx" in item and "workspace_id, type" in item for item in drift)
+    assert any("credentials_member_idx unique=True" in item for item in drift), drift
