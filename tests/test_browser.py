@@ -292,6 +292,49 @@ async def test_two_members_chat_reload_and_survive_a_restart(
                 assert contents.count("typed while the node was down") == 1
 
 
+async def test_a_dialog_opened_before_the_first_connection_fills_once_connected(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The page is up before its WebSocket: here the node's socket is refused
+    until the test lets it through, and the people dialog opened meanwhile
+    says it is connecting, then lists everyone when the welcome comes."""
+    from playwright.sync_api import WebSocketRoute, expect
+
+    with trio.fail_after(60):
+        async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
+            workspace = await new_workspace(node, "acme")
+            ann = await new_person(node, workspace, "ann")
+            await new_person(node, workspace, "bob")
+
+            def before_and_after(browser: Browser) -> None:
+                let_through: list[bool] = []
+
+                def socket(route: WebSocketRoute) -> None:
+                    if let_through:
+                        route.connect_to_server()
+                    else:
+                        route.close(code=1011)
+
+                context = browser.new_context(viewport={"width": 1280, "height": 800})
+                context.set_default_timeout(STEP_MS)
+                page = context.new_page()
+                page.route_web_socket(re.compile(r"/v1/ws"), socket)
+                page.goto(f"{node.http}/#token={ann.token}")
+                expect(page.get_by_role("button", name="Retry now")).to_be_visible()
+                page.get_by_role("button", name="New direct message").click()
+                people = page.get_by_role("dialog", name="New direct message")
+                expect(people).to_contain_text("Connecting…")
+
+                # The dialog is modal: the client's own retry gets through.
+                let_through.append(True)
+                expect(page.get_by_role("status").first).to_have_text("Connected", timeout=40_000)
+                expect(people.get_by_role("button", name=re.compile("^bob"))).to_be_visible()
+                expect(people).not_to_contain_text("Connecting…")
+
+            await browser.run(before_and_after)
+            assert DIALOGS == []
+
+
 @asynccontextmanager
 async def node_client(node: RunningNode, person: Person) -> AsyncIterator[Any]:
     from node.client import open_client

@@ -10,7 +10,7 @@ import { retryNow } from "./connection.js";
 import { scheduleMarkRead } from "./readstate.js";
 import { updateNotifyButton } from "./notifications.js";
 import { showLogin, start, logout, readFragment } from "./session.js";
-import { createChannel, leaveCurrent, setNotification } from "./views/sidebar.js";
+import { createChannel, leaveCurrent, setNotification, PEOPLE_LOADED } from "./views/sidebar.js";
 import { openScope, loadHistory, rerender, sendMain, enterToSend } from "./views/conversation.js";
 import { uploadFiles, wireDropZone } from "./views/uploads.js";
 import { focusSearch, runSearch } from "./views/search.js";
@@ -72,6 +72,9 @@ function init() {
   $("browse-button").addEventListener("click", browseChannels);
   $("dm-button").addEventListener("click", newDirectMessage);
   $("dm-filter").addEventListener("input", renderPeople);
+  document.addEventListener(PEOPLE_LOADED, () => {
+    if ($("dm-dialog").open) renderPeople();
+  });
   for (const button of document.querySelectorAll("dialog [data-close]")) {
     button.addEventListener("click", () => button.closest("dialog").close());
   }

@@ -129,7 +129,9 @@ export function renderPeople() {
       ),
     );
   }
-  $("dm-body").replaceChildren(people.length ? list : el("p", { class: "muted" }, "Nobody found."));
+  // Before the first welcome nobody is known yet: the list comes with the connection.
+  const none = state.connected ? "Nobody found." : "Connecting…";
+  $("dm-body").replaceChildren(people.length ? list : el("p", { class: "muted" }, none));
 }
 
 async function startDm(person) {

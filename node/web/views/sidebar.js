@@ -74,12 +74,17 @@ async function labelThreads() {
   if (state.view) renderTimeline({});
 }
 
+// Dispatched on document when the people list was (re)loaded: a dialog opened
+// before the connection was up lists them once it is (app.js wires it).
+export const PEOPLE_LOADED = "scopenode:people";
+
 export async function loadPeople() {
   if (state.unsupported.has("people")) return peopleFromRosters();
   try {
     const result = await request("people");
     const list = result.people || result.members || [];
     state.people = new Map(list.map((p) => [p.id, p]));
+    document.dispatchEvent(new Event(PEOPLE_LOADED));
     if (state.view) renderTimeline({});
   } catch (err) {
     if (isUnknownOp(err)) {
@@ -100,6 +105,7 @@ async function peopleFromRosters() {
       continue;
     }
   }
+  document.dispatchEvent(new Event(PEOPLE_LOADED));
 }
 
 function totalUnread() {
