@@ -65,8 +65,8 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # Only for the throwaway test cluster: skipping fsync survives a killed
 # server process (just not an OS crash) and makes CREATE DATABASE cheap. Its
 # databases live for one test each, so vacuuming and analysing them is wasted
-# work, and so are JIT compiles and full-page images (about 5 % of the suite's
-# CPU together: 390-400 CPU-s instead of 413-422 on a 2-core VM).
+# work, and so are JIT compiles and full-page images (in alternating runs on a
+# 2-core VM the suite took 2-5 % less CPU without them).
 _TEST_SERVER_SETTINGS = {
     "fsync": "off",
     "autovacuum": "off",
