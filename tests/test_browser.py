@@ -335,6 +335,51 @@ async def test_a_dialog_opened_before_the_first_connection_fills_once_connected(
             assert DIALOGS == []
 
 
+async def test_a_sidebar_item_that_did_not_change_keeps_its_node(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The conversation list is redrawn whenever an unread count moves: the
+    items that look the same stay the same nodes (a click in progress on one
+    is not lost), the one that changed is drawn anew."""
+    from playwright.sync_api import expect
+
+    with trio.fail_after(60):
+        async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
+            workspace = await new_workspace(node, "acme")
+            ann = await new_person(node, workspace, "ann")
+            bob = await new_person(node, workspace, "bob")
+            scope_ids = {}
+            async with node_client(node, ann) as client:
+                for slug in ("design", "random"):
+                    created = await client.request("createChannel", slug=slug, name=slug)
+                    scope_ids[slug] = created["scopeId"]
+            async with node_client(node, bob) as client:
+                for scope_id in scope_ids.values():
+                    await client.request("join", scopeId=scope_id)
+
+            def before(browser: Browser) -> Any:
+                _, page = open_page(browser, node.http, bob.token)
+                expect(page.get_by_role("status").first).to_have_text("Connected")
+                expect(conversation(page, "#random")).to_be_visible()
+                links = {
+                    slug: page.locator(f'a[data-scope="{scope_id}"]').element_handle()
+                    for slug, scope_id in scope_ids.items()
+                }
+                return page, links
+
+            page, links = await browser.run(before)
+            async with node_client(node, ann) as client:
+                await client.send("#random", "news for bob")
+
+            def after(_: Browser) -> None:
+                expect(conversation(page, "#random")).to_contain_text("1 unread")
+                assert links["design"].evaluate("node => node.isConnected") is True
+                assert links["random"].evaluate("node => node.isConnected") is False
+
+            await browser.run(after)
+            assert DIALOGS == []
+
+
 @asynccontextmanager
 async def node_client(node: RunningNode, person: Person) -> AsyncIterator[Any]:
     from node.client import open_client

@@ -1,5 +1,6 @@
-// Building the page: the element factory and the show/hide helpers. Text goes in
-// only as text nodes (children are appended, never parsed as HTML).
+// Building the page: the element factory, the show/hide helpers, and place()
+// for redrawing a list while keeping its unchanged nodes. Text goes in only as
+// text nodes (children are appended, never parsed as HTML).
 
 export const $ = (id) => document.getElementById(id);
 
@@ -25,4 +26,23 @@ export function show(node, visible) {
 export function setText(node, text) {
   node.textContent = text || "";
   show(node, Boolean(text));
+}
+
+// Puts ``wanted`` in ``list`` in order, leaving in place the nodes already there
+// (those not wanted go): a redraw costs the nodes that changed, not the whole
+// list's, and a node kept is still the one a click in progress landed on.
+export function place(list, wanted) {
+  const keep = new Set(wanted);
+  let cursor = list.firstChild;
+  const drop = () => {
+    const next = cursor.nextSibling;
+    cursor.remove();
+    cursor = next;
+  };
+  for (const node of wanted) {
+    while (cursor && !keep.has(cursor)) drop();
+    if (node === cursor) cursor = cursor.nextSibling;
+    else list.insertBefore(node, cursor);
+  }
+  while (cursor) drop();
 }

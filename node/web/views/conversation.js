@@ -4,7 +4,7 @@
 // history.js.
 
 import { STORAGE_SCOPE, PAGE, OLDER_PAGE, state, rememberThread, observe } from "../store.js";
-import { $, show, setText } from "../dom.js";
+import { $, show, setText, place } from "../dom.js";
 import { describeError, scopeLabel } from "../format.js";
 import { mentionsMe } from "../markdown.js";
 import { request } from "../connection.js";
@@ -178,24 +178,6 @@ export function renderTimeline({ stick = false, keepOffset = false } = {}) {
   rove(list);
   restoreFocus();
   history.updateJump();
-}
-
-// Puts ``wanted`` in ``list`` in order, leaving in place the nodes already there
-// (those not wanted go): an older page costs its own nodes, not the whole list's.
-function place(list, wanted) {
-  const keep = new Set(wanted);
-  let cursor = list.firstChild;
-  const drop = () => {
-    const next = cursor.nextSibling;
-    cursor.remove();
-    cursor = next;
-  };
-  for (const node of wanted) {
-    while (cursor && !keep.has(cursor)) drop();
-    if (node === cursor) cursor = cursor.nextSibling;
-    else list.insertBefore(node, cursor);
-  }
-  while (cursor) drop();
 }
 
 export function keepEditorFocus() {

@@ -3,7 +3,7 @@
 // (notification level, leave, create channel).
 
 import { STORAGE_SCOPE, state, rememberThread } from "../store.js";
-import { $, el, show, setText } from "../dom.js";
+import { $, el, show, setText, place } from "../dom.js";
 import { describeError, scopeLabel } from "../format.js";
 import { request, isUnknownOp } from "../connection.js";
 import { scheduleMarkRead } from "../readstate.js";
@@ -143,45 +143,30 @@ const TYPE_LIST = {
   service_account: "app-list",
 };
 
+// The items of the last drawing, by scope, with what each showed. The list is
+// redrawn on every unread change anywhere: an item whose scope looks the same
+// keeps its node, so a click in progress on it is not lost to the redraw.
+let drawnItems = new Map();
+
 export function renderScopes() {
   const lists = { "channel-list": [], "dm-list": [], "thread-list": [], "app-list": [] };
   const scopes = [...state.scopes.values()].sort((a, b) => scopeLabel(a).localeCompare(scopeLabel(b)));
+  const items = new Map();
   for (const scope of scopes) {
     if (scope.type === "task") continue; // listed under Tasks (views/tasks.js)
     const open =
       scope.id === state.current || (state.panel?.kind === "thread" && state.panel.scopeId === scope.id);
     const unread = open || scope.notification === "mute" ? 0 : scope.unread || 0;
     const label = scopeLabel(scope);
-    const link = el(
-      "a",
-      {
-        href: "#c=" + encodeURIComponent(scope.id),
-        class: "scope" + (unread ? " has-unread" : ""),
-        "aria-current": open ? "page" : null,
-        title: label,
-        "data-scope": scope.id,
-        onclick: (event) => {
-          event.preventDefault();
-          if (scope.type === "thread") openThreadScope(scope.id);
-          else openScope(scope.id, { reveal: true });
-        },
-      },
-      el("span", { class: "scope-name" }, label),
-      unread
-        ? el(
-            "span",
-            { class: "badge" },
-            el("span", { "aria-hidden": "true" }, unread > 99 ? "99+" : String(unread)),
-            el("span", { class: "sr-only" }, ` ${unread} unread`),
-          )
-        : null,
-      scope.notification === "mute" ? el("span", { class: "tag", title: "Muted" }, "muted") : null,
-    );
-    // Beside the link, not in it: the link keeps the conversation's name.
-    const dot = scope.type === "dm" ? presenceDot(state.dmPeers.get(scope.id)) : null;
-    lists[TYPE_LIST[scope.type] || "channel-list"].push(el("li", {}, link, dot));
+    const peer = scope.type === "dm" ? state.dmPeers.get(scope.id) : null;
+    const look = JSON.stringify([scope.type, label, unread, open, scope.notification, peer?.id ?? null]);
+    let item = drawnItems.get(scope.id);
+    if (item?.look !== look) item = { look, node: scopeItem(scope, label, unread, open, peer) };
+    items.set(scope.id, item);
+    lists[TYPE_LIST[scope.type] || "channel-list"].push(item.node);
   }
-  for (const [id, items] of Object.entries(lists)) $(id).replaceChildren(...items);
+  drawnItems = items;
+  for (const [id, nodes] of Object.entries(lists)) place($(id), nodes);
   show($("threads-title"), lists["thread-list"].length > 0);
   show($("apps-title"), lists["app-list"].length > 0);
   setText($("scope-empty"), scopes.length ? "" : "No conversations yet — browse channels to join one.");
@@ -190,6 +175,36 @@ export function renderScopes() {
   renderScopeTools();
   renderTasks();
   updateTitle();
+}
+
+function scopeItem(scope, label, unread, open, peer) {
+  const link = el(
+    "a",
+    {
+      href: "#c=" + encodeURIComponent(scope.id),
+      class: "scope" + (unread ? " has-unread" : ""),
+      "aria-current": open ? "page" : null,
+      title: label,
+      "data-scope": scope.id,
+      onclick: (event) => {
+        event.preventDefault();
+        if (scope.type === "thread") openThreadScope(scope.id);
+        else openScope(scope.id, { reveal: true });
+      },
+    },
+    el("span", { class: "scope-name" }, label),
+    unread
+      ? el(
+          "span",
+          { class: "badge" },
+          el("span", { "aria-hidden": "true" }, unread > 99 ? "99+" : String(unread)),
+          el("span", { class: "sr-only" }, ` ${unread} unread`),
+        )
+      : null,
+    scope.notification === "mute" ? el("span", { class: "tag", title: "Muted" }, "muted") : null,
+  );
+  // Beside the link, not in it: the link keeps the conversation's name.
+  return el("li", {}, link, peer ? presenceDot(peer) : null);
 }
 
 function renderScopeTools() {
