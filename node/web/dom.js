@@ -46,3 +46,14 @@ export function place(list, wanted) {
   }
   while (cursor) drop();
 }
+
+// A list item's unread count: the number shown, the words read out.
+export function unreadBadge(unread) {
+  if (!unread) return null;
+  return el(
+    "span",
+    { class: "badge" },
+    el("span", { "aria-hidden": "true" }, unread > 99 ? "99+" : String(unread)),
+    el("span", { class: "sr-only" }, ` ${unread} unread`),
+  );
+}

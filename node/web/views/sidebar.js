@@ -3,7 +3,7 @@
 // (notification level, leave, create channel).
 
 import { STORAGE_SCOPE, state, rememberThread } from "../store.js";
-import { $, el, show, setText, place } from "../dom.js";
+import { $, el, show, setText, place, unreadBadge } from "../dom.js";
 import { describeError, scopeLabel } from "../format.js";
 import { request, isUnknownOp } from "../connection.js";
 import { scheduleMarkRead } from "../readstate.js";
@@ -193,14 +193,7 @@ function scopeItem(scope, label, unread, open, peer) {
       },
     },
     el("span", { class: "scope-name" }, label),
-    unread
-      ? el(
-          "span",
-          { class: "badge" },
-          el("span", { "aria-hidden": "true" }, unread > 99 ? "99+" : String(unread)),
-          el("span", { class: "sr-only" }, ` ${unread} unread`),
-        )
-      : null,
+    unreadBadge(unread),
     scope.notification === "mute" ? el("span", { class: "tag", title: "Muted" }, "muted") : null,
   );
   // Beside the link, not in it: the link keeps the conversation's name.

@@ -4,7 +4,7 @@
 // the sidebar and from a message's actions, and the `taskUpdated` event.
 
 import { state } from "../store.js";
-import { $, el, show, setText } from "../dom.js";
+import { $, el, show, setText, unreadBadge } from "../dom.js";
 import { describeError, personName } from "../format.js";
 import { request } from "../connection.js";
 import { refreshScopesNow } from "./sidebar.js";
@@ -67,14 +67,7 @@ function taskItem(task, mine) {
     },
     el("span", { class: "scope-name" }, task.title),
     el("span", { class: "tag status-" + task.status }, STATUS_LABEL[task.status] || task.status),
-    unread
-      ? el(
-          "span",
-          { class: "badge" },
-          el("span", { "aria-hidden": "true" }, unread > 99 ? "99+" : String(unread)),
-          el("span", { class: "sr-only" }, ` ${unread} unread`),
-        )
-      : null,
+    unreadBadge(unread),
   );
   return el("li", {}, link);
 }
