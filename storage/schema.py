@@ -141,10 +141,10 @@ WHERE n.nspname = %s
 # before names the table with its schema, which differs between the live
 # schema and the scratch one by design.
 _INDEXES = """
-SELECT c.relname, i.relname, x.indisunique,
-       substr(pg_get_indexdef(i.oid), strpos(pg_get_indexdef(i.oid), ' USING '))
+SELECT c.relname, i.relname, x.indisunique, substr(d.def, strpos(d.def, ' USING '))
 FROM pg_index x
 JOIN pg_class i ON i.oid = x.indexrelid
+CROSS JOIN LATERAL pg_get_indexdef(i.oid) AS d(def)
 JOIN pg_class c ON c.oid = x.indrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s
