@@ -35,12 +35,22 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+# Debian's headless build of its Chromium first: the same engine without the
+# desktop browser around it, which took about 40 % less CPU over the browser
+# tests here (they ran in 45-50 s instead of 80-87 s on 2 cores).
+CHROMIUM_COMMANDS = ("chromium-headless-shell", "chromium")
+
+
 def chromium_path() -> str | None:
-    """Debian's ``chromium`` (or ``SCOPENODE_CHROMIUM``), never a Playwright download."""
-    for candidate in (os.environ.get("SCOPENODE_CHROMIUM"), "/usr/bin/chromium"):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("chromium")
+    """``SCOPENODE_CHROMIUM``, else Debian's ``chromium-headless-shell`` or
+    ``chromium``; never a Playwright download."""
+    override = os.environ.get("SCOPENODE_CHROMIUM")
+    if override and os.access(override, os.X_OK):
+        return override
+    for command in CHROMIUM_COMMANDS:
+        if found := shutil.which(command):
+            return found
+    return None
 
 
 def browser_missing() -> str | None:
@@ -48,7 +58,7 @@ def browser_missing() -> str | None:
     if importlib.util.find_spec("playwright") is None:
         return "the playwright package is not installed (pip install -e '.[test]')"
     if chromium_path() is None:
-        return "no Chromium found (apt-get install chromium)"
+        return "no Chromium found (apt-get install chromium-headless-shell)"
     return None
 
 
