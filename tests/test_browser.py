@@ -188,12 +188,19 @@ def _refuse_dialog(dialog: Dialog) -> None:
     dialog.dismiss()
 
 
-def open_page(browser: Browser, base: str, token: str | None = None) -> tuple[BrowserContext, Page]:
-    """A fresh context (its own storage); with a token, signed in by the login link."""
+def open_page(
+    browser: Browser, base: str, token: str | None = None, frames: list[str] | None = None
+) -> tuple[BrowserContext, Page]:
+    """A fresh context (its own storage); with a token, signed in by the login
+    link; with ``frames``, every WebSocket frame the page receives is added to it."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     context.set_default_timeout(STEP_MS)
     page = context.new_page()
     page.on("dialog", _refuse_dialog)
+    if frames is not None:
+        page.on(
+            "websocket", lambda ws: ws.on("framereceived", lambda data: frames.append(str(data)))
+        )
     page.goto(base + "/" + (f"#token={token}" if token else ""))
     return context, page
 

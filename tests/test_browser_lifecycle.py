@@ -234,6 +234,55 @@ async def test_reactions_edit_delete_quote_forward_and_search(
             await browser.run(search)
 
 
+async def test_a_click_survives_a_message_arriving_between_press_and_release(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A message that reaches the open conversation while a button on another
+    message is held down does not swallow the click: the timeline's redraw
+    waits for the release (redrawn at once, the pressed button was replaced
+    and the browser gave the click to no one)."""
+    from playwright.sync_api import expect
+
+    with trio.fail_after(60):
+        async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
+            workspace = await new_workspace(node, "acme")
+            ann = await new_person(node, workspace, "ann")
+            bob = await new_person(node, workspace, "bob")
+            async with node_client(node, ann) as client:
+                created = await client.request("createChannel", slug="design", name="design")
+                await client.send("#design", "first words")
+            async with node_client(node, bob) as client:
+                await client.request("join", scopeId=created["scopeId"])
+            frames: list[str] = []
+
+            def press(browser: Browser) -> Page:
+                _, page = open_page(browser, node.http, bob.token, frames)
+                conversation(page, "#design").click()
+                box = action(page, "first words", "Quote").bounding_box()
+                assert box is not None
+                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                page.mouse.down()
+                return page
+
+            page = await browser.run(press)
+            async with node_client(node, ann) as client:
+                await client.send("#design", "arriving mid-press")
+
+            def release(_: Browser) -> None:
+                for _ in range(200):
+                    if any("arriving mid-press" in frame for frame in frames):
+                        break
+                    page.wait_for_timeout(50)
+                else:
+                    raise AssertionError("the message never reached the page")
+                page.wait_for_timeout(300)  # the page handles the frame before the release
+                page.mouse.up()
+                expect(page.get_by_role("group", name="Quoting")).to_contain_text("first words")
+                expect(message(page, "arriving mid-press")).to_have_count(1)
+
+            await browser.run(release)
+
+
 async def test_attachments_by_button_and_drop_and_the_moderation_message(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -1,6 +1,7 @@
-// Building the page: the element factory, the show/hide helpers, and place()
-// for redrawing a list while keeping its unchanged nodes. Text goes in only as
-// text nodes (children are appended, never parsed as HTML).
+// Building the page: the element factory, the show/hide helpers, place()
+// for redrawing a list while keeping its unchanged nodes, and heldForPress()
+// for redraws that must not land between a press and its release. Text goes in
+// only as text nodes (children are appended, never parsed as HTML).
 
 export const $ = (id) => document.getElementById(id);
 
@@ -56,4 +57,49 @@ export function unreadBadge(unread) {
     el("span", { "aria-hidden": "true" }, unread > 99 ? "99+" : String(unread)),
     el("span", { class: "sr-only" }, ` ${unread} unread`),
   );
+}
+
+// A redraw between a pointer's press and its release replaces the node the
+// press landed on, and the browser then gives the click to no one: a button on
+// a message lost its click whenever a frame for the conversation arrived in
+// between. Whole-view redraws asked for during a press wait for its release
+// (and for the click that follows it, which is dispatched in the same task),
+// or for PRESS_WAIT_MS when the press is held longer (a selection, a drag).
+const PRESS_WAIT_MS = 1000;
+const held = new Map();
+let pressing = false;
+let pressTimer = 0;
+
+function release() {
+  pressing = false;
+  clearTimeout(pressTimer);
+  setTimeout(() => {
+    const due = [...held.values()];
+    held.clear();
+    for (const redraw of due) redraw();
+  });
+}
+
+document.addEventListener(
+  "pointerdown",
+  () => {
+    pressing = true;
+    clearTimeout(pressTimer);
+    pressTimer = setTimeout(release, PRESS_WAIT_MS);
+  },
+  true,
+);
+document.addEventListener("pointerup", release, true);
+document.addEventListener("pointercancel", release, true);
+
+// True when ``redraw`` was put off until the press ends (the last one asked
+// for under ``key`` runs then); false when the caller may draw now, which also
+// drops a redraw still held under ``key``.
+export function heldForPress(key, redraw) {
+  if (!pressing) {
+    held.delete(key);
+    return false;
+  }
+  held.set(key, redraw);
+  return true;
 }
