@@ -78,6 +78,62 @@ def report(args: argparse.Namespace) -> int:
     return 0 if result.get("ok", True) else 1
 
 
+def run_batch(
+    args: argparse.Namespace, parse_line: Callable[[list[str]], argparse.Namespace]
+) -> int:
+    """``admin batch``: the admin commands of stdin's lines, on one database
+    connection setup and one interpreter (a process per command costs far
+    more than the command). Each line's result, or ``{"error": …}``, is printed
+    as soon as it is known; exit 1 if any line failed, 2 if the database
+    cannot be reached."""
+    logs.configure("warning")
+    try:
+        failed = trio.run(_batch, args, parse_line)
+    except (CliError, StorageError, SchemaError, psycopg.Error) as exc:
+        print(f"scopenode: {_describe(args, exc)}", file=sys.stderr)
+        return USAGE_ERROR
+    return 1 if failed else 0
+
+
+async def _batch(
+    args: argparse.Namespace, parse_line: Callable[[list[str]], argparse.Namespace]
+) -> bool:
+    failed = False
+    url = args.database_url or database_url_from_env()
+    async with open_database(args.data_dir, url) as dsn:
+        while line := await trio.to_thread.run_sync(sys.stdin.readline):
+            if not line.strip():
+                continue
+            result = await _batch_line(args, dsn, parse_line, line)
+            failed = failed or "error" in result
+            print(json.dumps(result), flush=True)
+    return failed
+
+
+async def _batch_line(
+    args: argparse.Namespace,
+    dsn: str,
+    parse_line: Callable[[list[str]], argparse.Namespace],
+    line: str,
+) -> dict[str, Any]:
+    try:
+        words = json.loads(line)
+    except ValueError:
+        words = None
+    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+        return {"error": "scopenode admin batch: a line is a JSON array of strings"}
+    try:
+        command = parse_line(words)
+    except ValueError as exc:
+        return {"error": str(exc)}
+    # The batch's own database serves every line.
+    command.data_dir, command.database_url = args.data_dir, args.database_url
+    try:
+        return await _ADMIN[command.admin_command](command, dsn)
+    except (CliError, StorageError, SchemaError, psycopg.Error) as exc:
+        return {"error": f"scopenode: {_describe(command, exc)}"}
+
+
 def _handler(args: argparse.Namespace) -> Handler:
     if args.command == "admin":
         return _ADMIN[args.admin_command]

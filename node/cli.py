@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from actors.model import MemberType
@@ -42,13 +42,35 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"{self.prog}: {message}\n")
 
 
+class BatchLineError(ValueError):
+    """A line of ``admin batch`` that is not an admin command."""
+
+
+class _LineParser(_Parser):
+    """The admin commands of one ``admin batch`` line: errors raise, the batch goes on."""
+
+    def error(self, message: str) -> NoReturn:
+        raise BatchLineError(f"{self.prog}: {message}")
+
+    def print_help(self, file: Any = None) -> None:
+        raise BatchLineError(f"{self.prog}: --help is not an admin command")
+
+
+def parse_batch_line(words: list[str]) -> argparse.Namespace:
+    """One line of ``admin batch``: an admin command and its arguments, as
+    after ``scopenode admin`` on a command line."""
+    if words[:1] == ["batch"]:
+        raise BatchLineError("scopenode admin: batch cannot run inside a batch")
+    return build_parser(_LineParser).parse_args(["admin", *words])
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path(".scopenode"))
     parser.add_argument("--database-url", default=None)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="scopenode", description=__doc__)
+def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentParser:
+    parser = parser_class(prog="scopenode", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run a node")
@@ -178,7 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
         "issue-service-token", help="a token for the service's webhook and sessions"
     )
     service_token.add_argument("--service", required=True, help="its handle or member id")
+    batch = admin_commands.add_parser(
+        "batch",
+        help="admin commands read from stdin, one JSON array of words per line "
+        '(e.g. ["issue-token", "--member", "MEM"]); one JSON result per line',
+    )
     for sub in (
+        batch,
         workspace,
         member,
         token,
@@ -245,7 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported only here: psycopg, trio and storage are most of the start-up
     # time of a command, and argument errors and --help need none of them.
     from node.admin_commands import run as run_on_database
+    from node.admin_commands import run_batch
 
+    if args.command == "admin" and args.admin_command == "batch":
+        return run_batch(args, parse_batch_line)
     return run_on_database(args)
 
 

@@ -458,6 +458,74 @@ async def test_admin_contract(database_url: str, tmp_path: Path) -> None:
     assert count == (4,)
 
 
+async def batch(database_url: str, lines: list[Any]) -> tuple[int, list[dict[str, Any]]]:
+    """``scopenode admin batch`` with ``lines`` on stdin (strings as they are,
+    anything else as JSON): its exit code and its results."""
+    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    with trio.fail_after(CLI_TIMEOUT):
+        done = await trio.run_process(
+            [sys.executable, "-m", "node", "admin", "batch", "--database-url", database_url],
+            stdin=text.encode(),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            cwd=REPO,
+            env=_env(),
+        )
+    assert done.stderr == b"", done.stderr
+    return done.returncode, [json.loads(line) for line in done.stdout.decode().splitlines()]
+
+
+async def test_admin_batch_answers_every_line_in_order(database_url: str) -> None:
+    """One result per line, in order; a bad line gets its one-line error and the
+    lines after it still run; exit 1 when any line failed, 0 when none did."""
+    code, results = await batch(
+        database_url,
+        [
+            ["create-workspace", "--name", "acme"],
+            "not json",
+            '{"create-workspace": "acme"}',
+            ["create-member", "--workspace", "ws_missing", "--type", "human", "--handle", "ann"],
+            ["create-member", "--workspace", "ws_missing"],
+            ["batch"],
+            ["create-workspace", "--help"],
+            "",
+            ["list-workspaces"],
+        ],
+    )
+    assert code == 1
+    assert len(results) == 8, results
+    workspace_id = results[0]["workspaceId"]
+    array = "scopenode admin batch: a line is a JSON array of strings"
+    assert results[1:7] == [
+        {"error": array},
+        {"error": array},
+        {"error": "scopenode: --workspace: no workspace ws_missing"},
+        {
+            "error": "scopenode admin create-member: the following arguments are "
+            "required: --type, --handle"
+        },
+        {"error": "scopenode admin: batch cannot run inside a batch"},
+        {"error": "scopenode admin create-workspace: --help is not an admin command"},
+    ]
+    assert [w["workspaceId"] for w in results[7]["workspaces"]] == [workspace_id]
+
+    code, results = await batch(
+        database_url,
+        [
+            ["create-member", "--workspace", workspace_id, "--type", "human", "--handle", h]
+            for h in ("ann", "bob")
+        ],
+    )
+    assert code == 0
+    ann, bob = (r["memberId"] for r in results)
+    code, results = await batch(database_url, [["issue-token", "--member", m] for m in (ann, bob)])
+    assert code == 0
+    assert [set(r) for r in results] == [{"token"}, {"token"}]
+    listed = (await admin(database_url, "list-members", "--workspace", workspace_id)).json()
+    assert sorted(m["handle"] for m in listed["members"]) == ["ann", "bob"]
+
+
 # ------------------------------------------------------------ db verify
 
 
