@@ -6,9 +6,9 @@ commands runs: ``--help`` and an argument error import neither psycopg, trio
 nor storage, and these commands never import node/config.py (the node's whole
 module graph hangs off its settings).
 
-Each prints one JSON object on stdout; every error is one line on stderr naming
-the argument and what is wrong, with exit code 2, never a database message or a
-traceback.
+Each prints one JSON object on stdout (``admin batch`` one per line of its
+input); every error is one line on stderr naming the argument and what is
+wrong, with exit code 2, never a database message or a traceback.
 """
 
 from __future__ import annotations
