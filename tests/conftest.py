@@ -312,14 +312,15 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "runs_for(seconds): about how long a slow test runs here; the longest start first",
+        "runs_for(seconds): about how long a long test runs here; the longest start first",
     )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest tests first (``runs_for``), the rest in file order: the slow
-    set is handed out test by test, and a long bench handed out last would
-    leave its worker running alone at the end."""
+    """The longest tests first (``runs_for``), the rest in file order: a long
+    test handed out last leaves its worker running alone at the end. The slow
+    set is handed out test by test; the default run file by file, a file in
+    the place of its first test."""
     items.sort(key=_runs_for, reverse=True)  # stable: equal keys keep their order
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import trio
 
 from tests.nodes import RunningNode, running_node
@@ -133,6 +134,7 @@ def one_article(page: Page) -> None:
     expect(messages(page).filter(has_text="word word")).to_have_count(1)
 
 
+@pytest.mark.runs_for(17)
 async def test_history_scrolls_marks_unread_and_folds_long_sends(
     database_url: str, tmp_path: Path
 ) -> None:

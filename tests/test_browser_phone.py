@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import trio
 
 from tests.nodes import running_node
@@ -207,6 +208,7 @@ def walk(browser: Browser, base: str, token: str, width: int) -> list[str]:
         context.close()
 
 
+@pytest.mark.runs_for(18)
 async def test_one_pane_at_a_time_and_nothing_wider_than_a_phone(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -50,6 +50,7 @@ WARM_ACKS = 6
 TEST_LIMIT = 120.0
 
 
+@pytest.mark.runs_for(11)
 async def test_adding_a_node_and_reloading_haproxy_mid_load_loses_nothing(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from actors.model import MemberType
@@ -131,6 +132,7 @@ async def all_messages(client: Client, target: str) -> list[dict[str, Any]]:
     raise AssertionError("history kept answering hasMore")
 
 
+@pytest.mark.runs_for(14)
 async def test_sigkill_mid_load_loses_nothing_acknowledged(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -348,6 +348,7 @@ async def test_delete_leaves_a_tombstone_and_withdraws_pending_wakes(
                 assert await cur.fetchone() == (0,)
 
 
+@pytest.mark.runs_for(16)
 async def test_crash_between_commit_and_projection_replays_it_once(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -226,7 +226,11 @@ async def resume_everything(
 
 
 @pytest.mark.parametrize(
-    "count", [500, pytest.param(2_000, marks=[pytest.mark.slow, pytest.mark.runs_for(40)])]
+    "count",
+    [
+        pytest.param(500, marks=pytest.mark.runs_for(10)),
+        pytest.param(2_000, marks=[pytest.mark.slow, pytest.mark.runs_for(40)]),
+    ],
 )
 async def test_stalled_session_is_closed_with_4429_while_99_others_get_everything(
     database_url: str, tmp_path: Path, count: int
