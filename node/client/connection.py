@@ -66,6 +66,10 @@ CLOSE_PROTOCOL_ERROR = 1002
 # How long a cancelled client's close frame may take to go out.
 CANCELLED_CLOSE_S = 0.1
 CLOSE_POLICY_VIOLATION = 1008
+# One read takes what the socket holds up to this much: the node coalesces a
+# burst into large writes, and trio-websocket's 4 KiB default cost a read, an
+# epoll round and a parse pass per 4 KiB of it.
+RECEIVE_BYTES = 64 * 1024
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
@@ -643,7 +647,10 @@ async def open_client(
     try:
         async with (
             trio_websocket.open_websocket_url(
-                url, connect_timeout=connect_timeout, max_message_size=max_message_size
+                url,
+                connect_timeout=connect_timeout,
+                max_message_size=max_message_size,
+                receive_buffer_size=RECEIVE_BYTES,
             ) as ws,
             _run_client(ws, hello, connect_timeout, max_pending_events, heartbeat) as client,
         ):
