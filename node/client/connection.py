@@ -50,6 +50,7 @@ from node.client import attachments
 from node.client.attachments import http_base
 from node.client.cards import CardRequests
 from node.client.schedules import ScheduleOps
+from node.client.tasks import TaskOps
 from node.client.workflows import WorkflowOps
 
 __all__ = [
@@ -121,7 +122,7 @@ def _id_key(request_id: Any) -> bytes:
     return _encoder.encode(request_id)
 
 
-class Client(WorkflowOps, ScheduleOps, CardRequests):
+class Client(TaskOps, WorkflowOps, ScheduleOps, CardRequests):
     """One authenticated session. Create it with :func:`open_client`."""
 
     welcome: dict[str, Any]
@@ -312,63 +313,6 @@ class Client(WorkflowOps, ScheduleOps, CardRequests):
         if revision is not None:
             fields["revision"] = revision
         return await self.request("edit", **fields)
-
-    async def create_task(
-        self,
-        title: str,
-        *,
-        description: str = "",
-        assignees: Sequence[str] = (),
-        channel_id: str | None = None,
-    ) -> dict[str, Any]:
-        """The ``createTask`` op (docs/tasks.md): ``{taskId, scopeId}``. Its discussion
-        is ``send``/``history``/``markRead`` on ``task:<taskId>``."""
-        fields: dict[str, Any] = {"title": title, "assignees": list(assignees)}
-        if description:
-            fields["description"] = description
-        if channel_id is not None:
-            fields["channelId"] = channel_id
-        return await self.request("createTask", **fields)
-
-    async def update_task(
-        self,
-        task_id: str,
-        *,
-        status: str | None = None,
-        title: str | None = None,
-        assignees: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
-        """The ``updateTask`` op: ``{task}``; ``assignees`` is the whole new list."""
-        fields: dict[str, Any] = {"taskId": task_id}
-        if status is not None:
-            fields["status"] = status
-        if title is not None:
-            fields["title"] = title
-        if assignees is not None:
-            fields["assignees"] = list(assignees)
-        return await self.request("updateTask", **fields)
-
-    async def tasks(self, filter: str = "mine", **fields: Any) -> list[dict[str, Any]]:  # noqa: A002
-        """The ``tasks`` op, every page: ``filter`` is ``mine``, ``assigned`` or
-        ``created``; ``status`` and ``channelId`` as keywords."""
-        out: list[dict[str, Any]] = []
-        cursor: str | None = None
-        while True:
-            page = await self.request(
-                "tasks", filter=filter, **fields, **({"cursor": cursor} if cursor else {})
-            )
-            out += page["tasks"]
-            cursor = page.get("nextCursor")
-            if not cursor:
-                return out
-
-    async def mark_recovery_point(self, message_id: str) -> dict[str, Any]:
-        """``markRecoveryPoint`` (docs/rewind.md): ``{recoveryPointId, scopeId, seq}``."""
-        return await self.request("markRecoveryPoint", messageId=message_id)
-
-    async def rewind(self, scope_id: str, recovery_point_id: str) -> dict[str, Any]:
-        """``rewind`` (docs/rewind.md): ``{suppressed, noticeMessageId, fromSeq, throughSeq}``."""
-        return await self.request("rewind", scopeId=scope_id, recoveryPointId=recovery_point_id)
 
     async def delete(self, message_id: str) -> dict[str, Any]:
         """The ``delete`` op: leave a tombstone in the message's place (its author,
