@@ -1,6 +1,7 @@
 // Building the page: the element factory, the show/hide helpers, place()
-// for redrawing a list while keeping its unchanged nodes, and heldForPress()
-// for redraws that must not land between a press and its release. Text goes in
+// for redrawing a list while keeping its unchanged nodes, and
+// redrawAfterPress() for redraws that must not land between a press and its
+// release. Text goes in
 // only as text nodes (children are appended, never parsed as HTML).
 
 export const $ = (id) => document.getElementById(id);
@@ -95,11 +96,30 @@ document.addEventListener("pointercancel", release, true);
 // True when ``redraw`` was put off until the press ends (the last one asked
 // for under ``key`` runs then); false when the caller may draw now, which also
 // drops a redraw still held under ``key``.
-export function heldForPress(key, redraw) {
+function heldForPress(key, redraw) {
   if (!pressing) {
     held.delete(key);
     return false;
   }
   held.set(key, redraw);
   return true;
+}
+
+// ``draw(options)`` made to wait out a press: called during one, it runs on
+// the release, once, with the options of every call held combined by
+// ``merge(held, asked)``.
+export function redrawAfterPress(draw, merge) {
+  let waiting = null;
+  const redraw = (options = {}) => {
+    const wanted = waiting ? merge(waiting, options) : options;
+    waiting = null;
+    if (heldForPress(redraw, replay)) waiting = wanted;
+    else draw(wanted);
+  };
+  const replay = () => {
+    const options = waiting;
+    waiting = null;
+    if (options) redraw(options);
+  };
+  return redraw;
 }

@@ -4,7 +4,7 @@
 // history.js.
 
 import { STORAGE_SCOPE, PAGE, OLDER_PAGE, state, rememberThread, observe } from "../store.js";
-import { $, show, setText, place, heldForPress } from "../dom.js";
+import { $, show, setText, place, redrawAfterPress } from "../dom.js";
 import { describeError, scopeLabel } from "../format.js";
 import { mentionsMe } from "../markdown.js";
 import { request } from "../connection.js";
@@ -129,24 +129,12 @@ export function noteError(text) {
 // The message nodes of the last drawing, by message.
 let drawn = { scopeId: null, nodes: new Map() };
 
-// What the redraws held during a press asked for, together: stuck to the
-// bottom if any was, nodes reused only if every one was an older page.
-let heldOptions = null;
-
-export function renderTimeline(options = {}) {
-  const wanted = heldOptions
-    ? { stick: heldOptions.stick || Boolean(options.stick), keepOffset: heldOptions.keepOffset && Boolean(options.keepOffset) }
-    : { stick: Boolean(options.stick), keepOffset: Boolean(options.keepOffset) };
-  heldOptions = null;
-  if (heldForPress("timeline", renderHeldTimeline)) heldOptions = wanted;
-  else drawTimeline(wanted);
-}
-
-function renderHeldTimeline() {
-  const options = heldOptions;
-  heldOptions = null;
-  if (options) renderTimeline(options);
-}
+// Redraws held during a press, together: stuck to the bottom if any asked
+// for it, nodes reused only if every one was an older page.
+export const renderTimeline = redrawAfterPress(drawTimeline, (held, asked) => ({
+  stick: Boolean(held.stick || asked.stick),
+  keepOffset: Boolean(held.keepOffset && asked.keepOffset),
+}));
 
 function drawTimeline({ stick = false, keepOffset = false }) {
   const box = $("timeline");

@@ -1,7 +1,7 @@
 // The side panel and the thread in it: root, replies and the thread composer.
 
 import { state, rememberThread, observe } from "../store.js";
-import { $, el, show, setText, heldForPress } from "../dom.js";
+import { $, el, show, setText, redrawAfterPress } from "../dom.js";
 import { describeError } from "../format.js";
 import { request } from "../connection.js";
 import { enqueue, sentCallbacks } from "../outbox.js";
@@ -89,23 +89,11 @@ export async function openThread(root, scopeId = null) {
   focusComposer("thread");
 }
 
-// Whether a redraw held during a press asked to stick to the bottom.
-let heldStick = false;
+export const renderThread = redrawAfterPress(drawThread, (held, asked) => ({
+  stick: Boolean(held.stick || asked.stick),
+}));
 
-export function renderThread({ stick = false } = {}) {
-  const wanted = heldStick || stick;
-  heldStick = false;
-  if (heldForPress("thread", renderHeldThread)) heldStick = wanted;
-  else drawThread(wanted);
-}
-
-function renderHeldThread() {
-  const stick = heldStick;
-  heldStick = false;
-  renderThread({ stick });
-}
-
-function drawThread(stick) {
+function drawThread({ stick = false }) {
   const panel = state.panel;
   if (panel?.kind !== "thread") return;
   renderTyping();
