@@ -258,9 +258,12 @@ async def test_a_click_survives_a_message_arriving_between_press_and_release(
             def press(browser: Browser) -> Page:
                 _, page = open_page(browser, node.http, bob.token, frames)
                 conversation(page, "#design").click()
-                box = action(page, "first words", "Quote").bounding_box()
+                quote = action(page, "first words", "Quote")
+                expect(quote).to_be_visible()
+                box = quote.bounding_box()
                 assert box is not None
                 page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                expect(quote).to_be_visible()  # still under the pointer after any redraw
                 page.mouse.down()
                 return page
 
