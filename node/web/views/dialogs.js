@@ -101,8 +101,7 @@ export async function newDirectMessage() {
   openDialog("dm-dialog");
   $("dm-filter").value = "";
   $("dm-body").replaceChildren(el("p", { class: "muted" }, "Loading…"));
-  await loadPeople();
-  renderPeople();
+  await loadPeople(); // its end draws the open dialog (PEOPLE_LOADED, app.js)
   $("dm-filter").focus();
 }
 

@@ -74,17 +74,25 @@ async function labelThreads() {
   if (state.view) renderTimeline({});
 }
 
-// Dispatched on document when the people list was (re)loaded: a dialog opened
-// before the connection was up lists them once it is (app.js wires it).
+// Dispatched on document when a load of the people list ends, loaded or not:
+// the open DM dialog draws from it (app.js wires it), including one opened
+// before the connection was up.
 export const PEOPLE_LOADED = "scopenode:people";
 
 export async function loadPeople() {
-  if (state.unsupported.has("people")) return peopleFromRosters();
+  try {
+    if (state.unsupported.has("people")) await peopleFromRosters();
+    else await peopleFromNode();
+  } finally {
+    document.dispatchEvent(new Event(PEOPLE_LOADED));
+  }
+}
+
+async function peopleFromNode() {
   try {
     const result = await request("people");
     const list = result.people || result.members || [];
     state.people = new Map(list.map((p) => [p.id, p]));
-    document.dispatchEvent(new Event(PEOPLE_LOADED));
     if (state.view) renderTimeline({});
   } catch (err) {
     if (isUnknownOp(err)) {
@@ -105,7 +113,6 @@ async function peopleFromRosters() {
       continue;
     }
   }
-  document.dispatchEvent(new Event(PEOPLE_LOADED));
 }
 
 function totalUnread() {
