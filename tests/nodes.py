@@ -16,7 +16,7 @@ from node.client import Client, open_client
 from node.config import Settings
 from node.services import Services
 from storage import directory
-from storage.pg import connect
+from storage.pg import TrioConnection, connect
 
 
 @dataclass
@@ -58,6 +58,19 @@ async def running_world(
         yield await World.create(node)
 
 
+@asynccontextmanager
+async def provisioning(node: RunningNode) -> AsyncIterator[TrioConnection]:
+    """An autocommit connection for provisioning: one of an in-process node's
+    own (a connection per member was most of a small test's database CPU),
+    else a new one (a node in a subprocess)."""
+    if isinstance(node, RunningNode):
+        async with node.services.pool.connection() as conn:
+            yield conn
+    else:
+        async with await connect(node.database_url, autocommit=True) as conn:
+            yield conn
+
+
 @dataclass
 class Person:
     member: Member
@@ -77,7 +90,7 @@ class World:
 
     @classmethod
     async def create(cls, node: RunningNode, name: str = "test") -> World:
-        async with await connect(node.database_url, autocommit=True) as conn:
+        async with provisioning(node) as conn:
             workspace_id = await directory.create_workspace(conn, name)
         return cls(node, workspace_id)
 
@@ -89,7 +102,7 @@ class World:
         owner: Person | None = None,
         private: bool = False,
     ) -> Person:
-        async with await connect(self.node.database_url, autocommit=True) as conn:
+        async with provisioning(self.node) as conn:
             member = await directory.create_member(
                 conn,
                 workspace_id=self.workspace_id,
