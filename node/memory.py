@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import gc
 import itertools
 import os
@@ -49,7 +50,9 @@ def rss_bytes() -> int | None:
         return None
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    # Looked up once: find_library runs `ldconfig -p` in a subprocess.
     name = ctypes.util.find_library("c")
     return ctypes.CDLL(name) if name else None
 

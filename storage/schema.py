@@ -12,6 +12,7 @@ and, at node start, in a worker thread.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -71,12 +72,14 @@ class Migration:
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
 
-def migrations() -> list[Migration]:
+@functools.cache
+def migrations() -> tuple[Migration, ...]:
+    """The definition, read once per process: a node checks it at every start."""
     files = resources.files("storage")
-    return [
+    return tuple(
         Migration(version, name, files.joinpath(filename).read_text(encoding="utf-8"))
         for version, name, filename in MIGRATIONS
-    ]
+    )
 
 
 def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
