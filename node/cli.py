@@ -9,9 +9,10 @@ imports the code of a command it does not run.
 
 Admin commands print one JSON object on stdout (``admin batch`` one per line
 of its input). Every error is one line on stderr naming the argument and what
-is wrong, with exit code 2: never a database message or a traceback. Without ``--database-url``/``DATABASE_URL``
-they use the embedded PostgreSQL of ``--data-dir``, starting it for their own
-use when no node is running and stopping it again.
+is wrong, with exit code 2: never a database message or a traceback. Without
+``--database-url``/``DATABASE_URL`` they use the embedded PostgreSQL of
+``--data-dir``, starting it for their own use when no node is running and
+stopping it again.
 """
 
 from __future__ import annotations

@@ -183,6 +183,12 @@ async def new_person(node: RunningNode, workspace_id: str, handle: str) -> Perso
     return Person(created["memberId"], handle, token["token"])
 
 
+async def acme(node: RunningNode, *handles: str) -> list[Person]:
+    """The browser tests' usual cast: a human per handle in a new workspace "acme"."""
+    workspace = await new_workspace(node, "acme")
+    return [await new_person(node, workspace, handle) for handle in handles]
+
+
 def _refuse_dialog(dialog: Dialog) -> None:
     DIALOGS.append(dialog.message)
     dialog.dismiss()
@@ -369,9 +375,7 @@ async def test_a_sidebar_item_that_did_not_change_keeps_its_node(
 
     with trio.fail_after(60):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
             scope_ids = {}
             async with node_client(node, ann) as client:
                 for slug in ("design", "random"):
@@ -433,9 +437,7 @@ async def test_browse_join_dm_thread_markdown_and_inert_html(
     with trio.fail_after(90):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
             base = node.http
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
             async with node_client(node, ann) as client:
                 created = await client.request("createChannel", slug="design", name="Design")
                 await client.send("#design", "Launch plan: who takes the **copy**?")
@@ -576,9 +578,7 @@ async def test_the_client_works_under_its_content_security_policy(
     with trio.fail_after(90):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
             base = node.http
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
 
             def chat(browser: Browser) -> list[Page]:
                 pages = [watched_page(browser, base, console) for _ in (ann, bob)]

@@ -21,11 +21,10 @@ from tests.nodes import RunningNode, running_node
 from tests.test_browser import (
     DIALOGS,
     Person,
+    acme,
     browser_thread,
     conversation,
     messages,
-    new_person,
-    new_workspace,
     node_client,
     open_page,
     send,
@@ -141,9 +140,7 @@ async def test_history_scrolls_marks_unread_and_folds_long_sends(
     # Bounded, with room for a busy machine (alone it takes about 12 s).
     with trio.fail_after(150):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
             async with node_client(node, ann) as client:
                 await client.request("createChannel", slug="archive", name="Archive")
                 texts = [f"archived {n:04d}" for n in range(1, ARCHIVE + 1)]

@@ -19,11 +19,10 @@ import trio
 
 from tests.nodes import running_node
 from tests.test_browser import (
+    acme,
     browser_thread,
     conversation,
     messages,
-    new_person,
-    new_workspace,
     node_client,
     open_page,
     send,
@@ -85,9 +84,7 @@ async def test_reactions_edit_delete_quote_forward_and_search(
     with trio.fail_after(100):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
             base = node.http
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
             async with node_client(node, ann) as client:
                 design = await client.request("createChannel", slug="design", name="Design")
                 await client.send("#general", "lunch at noon?")
@@ -245,9 +242,7 @@ async def test_a_click_survives_a_message_arriving_between_press_and_release(
 
     with trio.fail_after(60):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
             async with node_client(node, ann) as client:
                 created = await client.request("createChannel", slug="design", name="design")
                 await client.send("#design", "first words")
@@ -300,9 +295,7 @@ async def test_attachments_by_button_and_drop_and_the_moderation_message(
             running_node(database_url, tmp_path, moderation_file=words) as node,
         ):
             base = node.http
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
 
             def sign_in(browser: Browser) -> tuple[Page, Page]:
                 _, ann_page = open_page(browser, base, ann.token)

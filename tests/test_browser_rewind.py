@@ -20,11 +20,10 @@ from tests.nodes import RunningNode, running_node
 from tests.test_browser import (
     DIALOGS,
     Person,
+    acme,
     browser_thread,
     conversation,
     messages,
-    new_person,
-    new_workspace,
     node_client,
     open_page,
 )
@@ -42,9 +41,7 @@ async def test_rewind_to_here_greys_the_later_messages_for_everyone(
 ) -> None:
     with trio.fail_after(60):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
             async with node_client(node, ann) as a, node_client(node, bob) as b:
                 made = await a.request("createChannel", slug="plans", name="Plans")
                 await b.request("join", scopeId=made["scopeId"])

@@ -19,11 +19,10 @@ from tests.nodes import RunningNode, make_channel, running_node
 from tests.test_browser import (
     DIALOGS,
     Person,
+    acme,
     browser_thread,
     conversation,
     messages,
-    new_person,
-    new_workspace,
     node_client,
     open_page,
 )
@@ -38,9 +37,7 @@ ARRIVES_MS = 15_000  # five seconds ahead, a scheduler nap, and a loaded machine
 async def test_schedule_a_message_and_a_reminder(database_url: str, tmp_path: Path) -> None:
     with trio.fail_after(60):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
             async with node_client(node, ann) as a, node_client(node, bob) as b:
                 await make_channel(a, "ops", b)
             await browser.run(lambda br: schedule_and_remind(br, node, ann, bob))

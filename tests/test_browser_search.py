@@ -16,9 +16,8 @@ import trio
 from tests.nodes import running_node
 from tests.test_browser import (
     DIALOGS,
+    acme,
     browser_thread,
-    new_person,
-    new_workspace,
     node_client,
     open_page,
 )
@@ -50,9 +49,7 @@ def search(page: Page, query: str) -> Locator:
 async def test_operators_in_the_search_box(database_url: str, tmp_path: Path) -> None:
     with trio.fail_after(45):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
             async with node_client(node, ann) as a, node_client(node, bob) as b:
                 ops = await a.request("createChannel", slug="ops", name="Ops")
                 await a.request("createChannel", slug="dev", name="Dev")

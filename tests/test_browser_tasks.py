@@ -19,11 +19,10 @@ from tests.nodes import RunningNode, running_node
 from tests.test_browser import (
     DIALOGS,
     Person,
+    acme,
     browser_thread,
     conversation,
     messages,
-    new_person,
-    new_workspace,
     open_page,
     send,
 )
@@ -40,9 +39,7 @@ async def test_task_from_a_message_status_reaches_the_assignee_live(
 ) -> None:
     with trio.fail_after(60):
         async with browser_thread() as browser, running_node(database_url, tmp_path) as node:
-            workspace = await new_workspace(node, "acme")
-            ann = await new_person(node, workspace, "ann")
-            bob = await new_person(node, workspace, "bob")
+            ann, bob = await acme(node, "ann", "bob")
             await browser.run(lambda b: hand_over(b, node, ann, bob))
             assert DIALOGS == []
 
